@@ -1,0 +1,43 @@
+# README's two commands: `make run` (set up + default matrix + report) and `make test`.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+BENCH  := $(VENV)/bin/bench
+STAMP  := $(VENV)/.installed-stamp
+# `make test` skips suites marked slow; under CI (CI=true) it runs everything.
+MARKS  := $(if $(filter true 1,$(CI)),,-m "not slow")
+
+.PHONY: setup run test test-all lint format benchmarks clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	$(BENCH) run matrices/quick.toml --out results/quick
+	$(BENCH) report results/quick
+	@echo "report: results/quick/report.md (and report.csv)"
+
+test: setup
+	$(VENV)/bin/ruff check hetbench tests benchmarks
+	$(VENV)/bin/pytest $(MARKS) -q
+
+test-all: setup
+	$(VENV)/bin/pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check hetbench tests benchmarks
+	$(VENV)/bin/ruff format --check hetbench tests benchmarks
+
+format: setup
+	$(VENV)/bin/ruff format hetbench tests benchmarks
+	$(VENV)/bin/ruff check --fix hetbench tests benchmarks
+
+benchmarks: setup
+	$(VENV)/bin/pytest benchmarks -q --benchmark-only
+
+clean:
+	rm -rf $(VENV) results .pytest_cache .ruff_cache

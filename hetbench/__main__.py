@@ -1,0 +1,3 @@
+from hetbench.cli import main
+
+main()

@@ -1,0 +1,9 @@
+"""Algorithm registry. Built-ins are named here by module path and imported on first use."""
+
+from hetbench.harness.registry import Registry
+
+ALGORITHMS: Registry = Registry("algorithm", "hetbench.algorithms", {
+    "allreduce": "hetbench.algorithms.allreduce:AllReduce",
+    "ps-sync": "hetbench.algorithms.ps:ParameterServerSync",
+    "ps-async": "hetbench.algorithms.ps:ParameterServerAsync",
+})

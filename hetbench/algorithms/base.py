@@ -1,0 +1,78 @@
+"""The Algorithm interface every synchronization algorithm implements.
+
+The harness owns the loop: it computes gradients (forward/backward), injects slowdown, then calls
+`step`, which applies the local update and synchronizes. An algorithm never reads clocks or the
+slowdown; it reports what the event log should say about the step in a StepInfo.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from hetbench.harness.context import WorkerContext
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoOptions:
+    """An algorithm without options."""
+
+
+@dataclass
+class StepInfo:
+    """What happened in one step, for the event log."""
+
+    #: Seconds of the step spent blocked on peers (the rest of the step counts as communication).
+    wait_s: float = 0.0
+    #: The worker's next iteration number when the algorithm jumps ahead (Hop's skipping).
+    next_iteration: int | None = None
+    #: Algorithm-specific event fields: group members, neighbours used, skipped iterations.
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+class Algorithm(ABC):
+    """One synchronization algorithm; one instance per rank."""
+
+    #: Registry name, e.g. "allreduce".
+    name: ClassVar[str]
+    #: One line for `bench list`.
+    description: ClassVar[str]
+    #: Frozen dataclass of options; `[algorithm.<name>]` in a matrix file fills it.
+    Config: ClassVar[type] = NoOptions
+    #: True when workers advance in lock step: a wall-clock budget is then agreed collectively
+    #: each iteration so that no worker leaves a collective its peers are still in.
+    synchronous: ClassVar[bool] = True
+
+    def __init__(self, config: Any):
+        self.config = config
+
+    @classmethod
+    def server_ranks(cls, config: Any, workers: int) -> int:
+        """Ranks beyond the workers that this algorithm needs (a parameter server, say)."""
+        return 0
+
+    @classmethod
+    def validate(cls, config: Any, workers: int) -> None:
+        """Raise UserError if `config` cannot run with `workers` workers."""
+
+    def setup(self, ctx: WorkerContext, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Called on every rank before training; collective group creation belongs here."""
+
+    @abstractmethod
+    def step(self, ctx: WorkerContext, model: nn.Module,
+             optimizer: torch.optim.Optimizer) -> StepInfo:
+        """Gradients are in `p.grad`: apply the local update and synchronize with peers."""
+
+    def serve(self, ctx: WorkerContext, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """The whole life of a server rank (see server_ranks); returns when all workers are done."""
+        raise NotImplementedError(f"{self.name} has no server ranks")
+
+    def finish(self, ctx: WorkerContext, model: nn.Module) -> None:
+        """Called on every worker after its budget is spent, before the final evaluation.
+
+        Asynchronous algorithms drain here: answer peers' pending requests until all are done.
+        """

@@ -1,0 +1,103 @@
+"""Parameter Server: one server rank holds the model; workers push gradients and pull parameters.
+
+The server is rank `workers` (workers keep ranks 0..workers-1). Messages are the flattened
+gradient plus one trailing flag element (0 = gradient, 1 = this worker is done), so a single
+point-to-point message carries both data and control.
+
+- ps-sync: each round the server takes one gradient from every worker, applies their average and
+  sends the new parameters back to all: every worker waits for the slowest, and all traffic
+  crosses the server (the central bottleneck).
+- ps-async: the server applies each gradient as it arrives (from any worker) and returns fresh
+  parameters to that worker only; fast workers are never held back, but apply stale gradients.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hetbench.algorithms.base import Algorithm, StepInfo
+from hetbench.harness.tensors import flat_grads, flat_params, set_flat_grads, set_flat_params
+
+GRAD_TAG = 1
+PARAMS_TAG = 2
+GRADIENT, DONE = 0.0, 1.0
+
+
+class _ParameterServer(Algorithm):
+    @classmethod
+    def server_ranks(cls, config, workers):
+        return 1
+
+    def setup(self, ctx, model, optimizer):
+        self.server = ctx.workers
+        params = flat_params(model).to(ctx.device)
+        # Every rank starts from the server's model (they are seeded alike; this makes it so).
+        ctx.comm.broadcast_(params, src=self.server)
+        set_flat_params(model, params)
+        self._message = torch.zeros(params.numel() + 1, device=ctx.device)
+        self._params = params
+
+    def _push(self, ctx, model, flag: float) -> None:
+        if flag == GRADIENT:
+            self._message[:-1].copy_(flat_grads(model))
+        self._message[-1] = flag
+        ctx.comm.send(self._message, self.server, tag=GRAD_TAG)
+
+    @torch.no_grad()
+    def step(self, ctx, model, optimizer):
+        self._push(ctx, model, GRADIENT)
+        ctx.comm.recv(self._params, src=self.server, tag=PARAMS_TAG)
+        set_flat_params(model, self._params)
+        return StepInfo()
+
+    def finish(self, ctx, model):
+        self._push(ctx, model, DONE)
+
+
+class ParameterServerSync(_ParameterServer):
+    name = "ps-sync"
+    description = "parameter server, synchronous: average of all workers' gradients per step"
+
+    @torch.no_grad()
+    def serve(self, ctx, model, optimizer):
+        n = ctx.workers
+        inbox = [torch.zeros_like(self._message) for _ in range(n)]
+        total = torch.zeros(self._message.numel() - 1, device=ctx.device)
+        while True:
+            pending = [ctx.comm.irecv(inbox[w], src=w, tag=GRAD_TAG) for w in range(n)]
+            for work in pending:
+                work.wait()
+            done = [bool(m[-1] == DONE) for m in inbox]
+            if all(done):
+                return
+            if any(done):
+                raise RuntimeError("ps-sync: some workers stopped while others sent gradients")
+            total.zero_()
+            for m in inbox:
+                total.add_(m[:-1])
+            set_flat_grads(model, total.div_(n))
+            optimizer.step()
+            self._params.copy_(flat_params(model))
+            sends = [ctx.comm.isend(self._params, dst=w, tag=PARAMS_TAG) for w in range(n)]
+            for work in sends:
+                work.wait()
+
+
+class ParameterServerAsync(_ParameterServer):
+    name = "ps-async"
+    description = "parameter server, asynchronous: each gradient applied on arrival"
+    synchronous = False
+
+    @torch.no_grad()
+    def serve(self, ctx, model, optimizer):
+        remaining = ctx.workers
+        message = torch.zeros_like(self._message)
+        while remaining:
+            src = ctx.comm.recv(message, src=None, tag=GRAD_TAG)
+            if message[-1] == DONE:
+                remaining -= 1
+                continue
+            set_flat_grads(model, message[:-1])
+            optimizer.step()
+            self._params.copy_(flat_params(model))
+            ctx.comm.send(self._params, dst=src, tag=PARAMS_TAG)

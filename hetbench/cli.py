@@ -1,0 +1,210 @@
+"""`bench`: list | run | report.
+
+Bad input prints one line (`error: ...`) and exits with code 2; `--debug` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from hetbench.errors import UserError
+
+EXIT_BAD_INPUT = 2
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """hetbench: how does a synchronization algorithm hold up when some workers are slow?"""
+    ctx.obj = {"debug": debug}
+
+
+@cli.command("list")
+@click.option("--options/--no-options", default=True, help="Show each component's options.")
+def list_cmd(options: bool) -> None:
+    """Every registered algorithm, workload and slowdown kind, with options and defaults."""
+    from hetbench.algorithms import ALGORITHMS
+    from hetbench.harness.options import describe_options
+    from hetbench.slowdown import slowdown_kinds
+    from hetbench.workloads import WORKLOADS
+
+    for title, registry in (("algorithms", ALGORITHMS), ("workloads", WORKLOADS)):
+        click.echo(f"{title}:")
+        for name in registry.names():
+            try:
+                cls = registry.get(name)
+            except UserError as exc:
+                click.echo(f"  {name:<16} (unavailable: {exc})")
+                continue
+            click.echo(f"  {name:<16} {cls.description}")
+            if options:
+                for opt_name, default, doc in describe_options(cls.Config):
+                    click.echo(f"      {opt_name} = {default!r}  {doc}")
+    click.echo("slowdown kinds:")
+    for syntax, description in slowdown_kinds():
+        click.echo(f"  {syntax:<16} {description}")
+
+
+@cli.command("run")
+@click.argument("matrix_file", required=False, type=click.Path(path_type=Path))
+@click.option("--algorithms", help="Comma-separated algorithm names (see `bench list`).")
+@click.option("--workloads", help="Comma-separated workload names.")
+@click.option("--workers", help="Comma-separated worker counts, e.g. 4,8.")
+@click.option("--slowdown", help="Comma-separated slowdown specs: none, prob:5, det:5@0,3 ...")
+@click.option("--iterations", type=int, help="Iterations per worker.")
+@click.option("--seconds", type=float, help="Wall-clock budget per run (seconds).")
+@click.option("--seeds", help="Comma-separated seeds, or a count N meaning seeds 1..N.")
+@click.option("--pace-ms", type=float, help="Floor on each iteration's compute time (ms).")
+@click.option("--out", type=click.Path(path_type=Path), help="Results directory.")
+@click.option("--force", is_flag=True, help="Rerun runs that already finished.")
+@click.option("--dry-run", is_flag=True, help="List the runs the matrix expands to, run nothing.")
+def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
+            pace_ms, out, force, dry_run) -> None:
+    """Run a matrix of algorithms x workloads x workers x slowdowns x seeds."""
+    from hetbench.harness.matrix import expand, load_matrix_file, split_list
+
+    spec = load_matrix_file(matrix_file) if matrix_file else {"name": "adhoc"}
+    flags = {
+        "algorithms": split_list(algorithms, str, "--algorithms"),
+        "workloads": split_list(workloads, str, "--workloads"),
+        "workers": split_list(workers, int, "--workers"),
+        "slowdown": split_list(slowdown, str, "--slowdown"),
+        "seeds": _parse_seeds(seeds),
+        "iterations": iterations,
+        "seconds": seconds,
+        "pace_ms": pace_ms,
+    }
+    if seconds is not None and iterations is None:
+        spec.pop("iterations", None)
+    spec.update({k: v for k, v in flags.items() if v is not None})
+    configs = expand(spec)
+    out_dir = out or Path("results") / str(spec["name"])
+    _check_writable(out_dir)
+    if dry_run:
+        for config in configs:
+            click.echo(f"{config.run_id}  {config.label()}")
+        return
+    _run_with_progress(configs, out_dir, force)
+
+
+def _parse_seeds(text: str | None) -> list[int] | None:
+    from hetbench.harness.matrix import split_list
+
+    seeds = split_list(text, int, "--seeds")
+    if seeds is not None and len(seeds) == 1 and "," not in text and seeds[0] > 1:
+        # `--seeds 3` means three seeds, 1..3; `--seeds 7,` or a matrix list names seeds exactly.
+        return list(range(1, seeds[0] + 1))
+    return seeds
+
+
+def _check_writable(out_dir: Path) -> None:
+    probe_dir = out_dir
+    while not probe_dir.exists():
+        probe_dir = probe_dir.parent
+    import os
+
+    if not probe_dir.is_dir() or not os.access(probe_dir, os.W_OK):
+        raise UserError(f"output directory {out_dir} is not writable; pass --out to a writable one")
+
+
+def _run_with_progress(configs, out_dir: Path, force: bool) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from hetbench.harness.runner import run_matrix
+
+    console = Console(stderr=False)
+    failures = 0
+    console.print(f"{len(configs)} run(s) -> {out_dir}")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True,
+                  disable=not console.is_terminal) as progress:
+        matrix_task = progress.add_task("matrix", total=len(configs))
+        run_task = progress.add_task("run", total=None, visible=False)
+        started = {}
+
+        def on_start(config):
+            started["t"] = time.time()
+            progress.update(run_task, description=config.label(), completed=0,
+                            total=None, visible=True)
+
+        def on_progress(done, expected):
+            progress.update(run_task, completed=done, total=expected or None)
+
+        def on_done(outcome):
+            nonlocal failures
+            s = outcome.summary
+            progress.advance(matrix_task)
+            progress.update(run_task, visible=False)
+            label = outcome.config.label()
+            if outcome.skipped:
+                console.print(f"[dim]skip[/dim] {label}: already finished")
+            elif s["status"] == "ok":
+                acc = s.get("final_test_accuracy")
+                acc_text = f", test acc {acc:.3f}" if acc is not None else ""
+                console.print(f"[green]ok[/green]   {label}: {s['throughput']:.1f} samples/s"
+                              f"{acc_text} ({s['wall_s']:.1f} s)")
+            else:
+                failures += 1
+                console.print(f"[red]FAIL[/red] {label}: {s['cause']}")
+
+        try:
+            run_matrix(configs, out_dir, force=force, on_start=on_start, on_done=on_done,
+                       on_progress=on_progress)
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted[/yellow]: finished runs are kept; the running one "
+                          "is marked interrupted. Rerun the same command to resume.")
+            sys.exit(130)
+    console.print(f"results in {out_dir}; `bench report {out_dir}` writes the report")
+    if failures:
+        console.print(f"[red]{failures} of {len(configs)} run(s) failed[/red] (see summary.json)")
+        sys.exit(1)
+
+
+@cli.command("report")
+@click.argument("results_dir", type=click.Path(path_type=Path))
+@click.option("--baseline", default="allreduce", show_default=True,
+              help="Algorithm that throughput is normalised to.")
+def report_cmd(results_dir: Path, baseline: str) -> None:
+    """Write report.md and report.csv for the runs under RESULTS_DIR."""
+    from hetbench.reports.report import write_report
+
+    paths = write_report(results_dir, baseline)
+    for kind, path in paths.items():
+        click.echo(f"{kind}: {path}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        cli.main(args=args, prog_name="bench", standalone_mode=False)
+    except UserError as exc:
+        if debug:
+            raise
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        if debug:
+            raise
+        click.echo(f"error: {exc.format_message()} (see `bench {_command(args)} --help`)",
+                   err=True)
+        sys.exit(EXIT_BAD_INPUT)
+
+
+def _command(args: list[str]) -> str:
+    return next((a for a in args if not a.startswith("-")), "")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Configs, matrix expansion, launchers, the worker loop, Comm and the result store."""

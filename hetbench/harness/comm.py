@@ -1,0 +1,109 @@
+"""Comm: the only code in hetbench that touches torch.distributed.
+
+Algorithms talk to peers through this object, so the transport (gloo on CPU, NCCL on CUDA) and
+its timeouts live in one place. Every blocking call is bounded by the process group's timeout, so
+a dead peer turns into an exception instead of a hang.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+
+ReduceOp = dist.ReduceOp
+
+
+class Comm:
+    """Point-to-point and collective operations over the run's world of ranks."""
+
+    def __init__(self, rank: int, world_size: int, device: torch.device, backend: str,
+                 store: dist.Store, timeout_s: float, group_cache_size: int = 64):
+        self.rank = rank
+        self.world_size = world_size
+        self.device = device
+        self.backend = backend
+        self.store = store
+        self.timeout = datetime.timedelta(seconds=timeout_s)
+        self._groups: OrderedDict[tuple[int, ...], object] = OrderedDict()
+        self._group_cache_size = group_cache_size
+        self.group_cache_hits = 0
+        self.group_cache_misses = 0
+
+    @classmethod
+    def connect(cls, rank: int, world_size: int, host: str, port: int, device: torch.device,
+                timeout_s: float) -> Comm:
+        """Join the run's world through the launcher's TCP store."""
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        store = dist.TCPStore(host, port, world_size, is_master=False,
+                              timeout=datetime.timedelta(seconds=timeout_s))
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s),
+                                device_id=device if device.type == "cuda" else None)
+        return cls(rank, world_size, device, backend, store, timeout_s)
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    # -- collectives -------------------------------------------------------------------------
+    def all_reduce_(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM,
+                    members: Sequence[int] | None = None) -> torch.Tensor:
+        """In-place all-reduce over the world, or over `members` (a group made by `group`)."""
+        dist.all_reduce(tensor, op=op, group=self.group(members))
+        return tensor
+
+    def average_(self, tensor: torch.Tensor, members: Sequence[int] | None = None) -> torch.Tensor:
+        """In-place mean over the world or over `members`."""
+        n = self.world_size if members is None else len(members)
+        self.all_reduce_(tensor, members=members)
+        return tensor.div_(n)
+
+    def broadcast_(self, tensor: torch.Tensor, src: int,
+                   members: Sequence[int] | None = None) -> torch.Tensor:
+        dist.broadcast(tensor, src=src, group=self.group(members))
+        return tensor
+
+    def barrier(self, members: Sequence[int] | None = None) -> None:
+        # A barrier is a tiny all-reduce: gloo's barrier ignores the group timeout in some builds.
+        flag = torch.zeros(1, device=self.device)
+        self.all_reduce_(flag, members=members)
+
+    # -- point to point ----------------------------------------------------------------------
+    def send(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> None:
+        dist.send(tensor, dst=dst, tag=tag)
+
+    def recv(self, tensor: torch.Tensor, src: int | None = None, tag: int = 0) -> int:
+        """Receive into `tensor` from `src` (any rank if None); returns the sender's rank."""
+        return dist.recv(tensor, src=src, tag=tag)
+
+    def isend(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> dist.Work:
+        return dist.isend(tensor, dst=dst, tag=tag)
+
+    def irecv(self, tensor: torch.Tensor, src: int | None = None, tag: int = 0) -> dist.Work:
+        return dist.irecv(tensor, src=src, tag=tag)
+
+    # -- groups ------------------------------------------------------------------------------
+    def group(self, members: Sequence[int] | None):
+        """The process group of `members` (None = the world), created on first use and cached.
+
+        torch's new_group is collective over the whole world: every rank must ask for the same
+        member sets in the same order (as at setup). Groups formed on the fly by their members
+        alone are `member_group`'s job.
+        """
+        if members is None:
+            return None
+        key = tuple(sorted(members))
+        if len(key) == self.world_size:
+            return None
+        if key in self._groups:
+            self.group_cache_hits += 1
+            self._groups.move_to_end(key)
+            return self._groups[key]
+        self.group_cache_misses += 1
+        group = dist.new_group(list(key), timeout=self.timeout, use_local_synchronization=False)
+        self._groups[key] = group
+        return group

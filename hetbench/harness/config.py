@@ -1,0 +1,149 @@
+"""RunConfig: one fully resolved cell of a matrix, validated before any process starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from hetbench.errors import UserError
+from hetbench.harness.options import build_config
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """Everything that determines a run; its hash is the run id, so equal configs resume."""
+
+    algorithm: str
+    workload: str
+    workers: int
+    slowdown: str = "none"
+    seed: int = 1
+    #: Iteration budget per worker; the run stops at whichever budget ends first.
+    iterations: int | None = 200
+    #: Wall-clock budget in seconds after the common start.
+    seconds: float | None = None
+    #: Floor on each iteration's compute time (ms), so workers sharing cores behave alike.
+    pace_ms: float = 0.0
+    #: Iterations at the start of each worker excluded from throughput.
+    warmup_iterations: int = 5
+    #: Options of the algorithm / workload, defaults filled in once resolved.
+    algorithm_options: dict[str, Any] = field(default_factory=dict)
+    workload_options: dict[str, Any] = field(default_factory=dict)
+    launcher: Literal["local"] = "local"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    #: Bound on every blocking communication; a dead peer fails the run after this long.
+    comm_timeout_s: float = 60.0
+    #: Seconds between model snapshots evaluated after training (convergence curves).
+    eval_interval_s: float = 1.0
+    #: Write each worker's final flat parameters (model.rank<r>.npy) for checking.
+    save_models: bool = False
+    #: Name of the matrix this run belongs to (results/<matrix>/<run_id>).
+    matrix: str = "adhoc"
+
+    def __post_init__(self):
+        if self.workers < 2:
+            raise UserError(f"workers must be >= 2 (distributed training), got {self.workers}")
+        if self.iterations is None and self.seconds is None:
+            raise UserError("give a budget: --iterations N and/or --seconds S")
+        if self.iterations is not None and self.iterations <= self.warmup_iterations:
+            raise UserError(
+                f"iterations ({self.iterations}) must exceed warmup_iterations "
+                f"({self.warmup_iterations}), or throughput has no window to measure"
+            )
+        if self.seconds is not None and self.seconds <= 0:
+            raise UserError(f"seconds must be > 0, got {self.seconds}")
+        if self.pace_ms < 0:
+            raise UserError(f"pace_ms must be >= 0, got {self.pace_ms}")
+        if self.warmup_iterations < 0:
+            raise UserError(f"warmup_iterations must be >= 0, got {self.warmup_iterations}")
+        if self.comm_timeout_s <= 0:
+            raise UserError(f"comm_timeout_s must be > 0, got {self.comm_timeout_s}")
+        if self.eval_interval_s <= 0:
+            raise UserError(f"eval_interval_s must be > 0, got {self.eval_interval_s}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise UserError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if self.launcher != "local":
+            raise UserError(
+                f"launcher {self.launcher!r} is not built yet; only 'local' is (see README)"
+            )
+        # Resolve options against the components' Config classes: fills defaults and rejects
+        # unknown keys and bad values here, not inside a worker.
+        algo_cls = self.algorithm_class()
+        algo_cfg = build_config(algo_cls.Config, self.algorithm_options,
+                                f"algorithm {self.algorithm}")
+        algo_cls.validate(algo_cfg, self.workers)
+        load_cls = self.workload_class()
+        load_cfg = build_config(load_cls.Config, self.workload_options, f"workload {self.workload}")
+        load_cls.validate(load_cfg)
+        injector = self.injector()
+        injector.validate(self.workers)
+        object.__setattr__(self, "algorithm_options", dataclasses.asdict(algo_cfg))
+        object.__setattr__(self, "workload_options", dataclasses.asdict(load_cfg))
+
+    # -- components --------------------------------------------------------------------------
+    def algorithm_class(self):
+        from hetbench.algorithms import ALGORITHMS
+
+        return ALGORITHMS.get(self.algorithm)
+
+    def workload_class(self):
+        from hetbench.workloads import WORKLOADS
+
+        return WORKLOADS.get(self.workload)
+
+    def algorithm_config(self):
+        return build_config(self.algorithm_class().Config, self.algorithm_options, self.algorithm)
+
+    def workload_config(self):
+        return build_config(self.workload_class().Config, self.workload_options, self.workload)
+
+    def injector(self):
+        from hetbench.slowdown import parse_slowdown
+
+        injector = parse_slowdown(self.slowdown, seed=self.seed)
+        injector.validate(self.workers)
+        return injector
+
+    @property
+    def world_size(self) -> int:
+        return self.workers + self.algorithm_class().server_ranks(self.algorithm_config(),
+                                                                 self.workers)
+
+    @property
+    def synthetic(self) -> bool:
+        return self.workload_class().is_synthetic(self.workload_config())
+
+    @property
+    def compute(self) -> str:
+        return self.workload_options.get("compute", "real")
+
+    # -- identity and storage ----------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        return cls(**data)
+
+    @property
+    def config_hash(self) -> str:
+        identity = self.to_dict()
+        # The matrix name says where a run is stored, not what it is.
+        identity.pop("matrix")
+        blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+    @property
+    def run_id(self) -> str:
+        slow = re.sub(r"[^A-Za-z0-9.]+", "_", self.slowdown).strip("_")
+        return (f"{self.algorithm}-{self.workload}-w{self.workers}-{slow}-s{self.seed}-"
+                f"{self.config_hash}")
+
+    def label(self) -> str:
+        return f"{self.algorithm} {self.workload} w={self.workers} {self.slowdown} seed={self.seed}"

@@ -1,0 +1,35 @@
+"""What a worker knows about its place in the run; handed to algorithms."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from hetbench.harness.comm import Comm
+
+
+@dataclass
+class WorkerContext:
+    """A rank's view of the run. Workers are ranks 0..workers-1; server ranks (if any) follow."""
+
+    rank: int
+    world_size: int
+    workers: int
+    device: torch.device
+    comm: Comm
+    seed: int
+    #: Seeded per rank: the only randomness an algorithm should use (peer choice, say).
+    rng: np.random.Generator
+    #: True once the worker's budget is spent; async algorithms read it in finish().
+    stopping: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def is_worker(self) -> bool:
+        return self.rank < self.workers
+
+    @property
+    def worker_ranks(self) -> list[int]:
+        return list(range(self.workers))

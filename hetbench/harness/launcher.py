@@ -1,0 +1,221 @@
+"""The local launcher: one subprocess per rank on this machine, watched until the run ends.
+
+The launcher holds the rendezvous store (so there is no free-port race), starts every rank as
+`python -m hetbench.worker` in its own process group, and ends the run as soon as any rank fails:
+the others are killed, so no orphan is left, and summary.json says which rank failed and why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hetbench.harness.config import SCHEMA_VERSION, RunConfig
+from hetbench.harness.metrics import throughput, time_breakdown
+from hetbench.harness.store import environment, read_json, read_jsonl, write_json_atomic
+
+POLL_S = 0.1
+#: After the first rank fails, how long to wait for peers' own error reports before killing them.
+GRACE_S = 2.0
+
+
+def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
+    """Throughput, iterations and time breakdown of a finished run, from its files only."""
+    events_by_rank, torn = {}, 0
+    for rank in range(config.workers):
+        events, bad = read_jsonl(run_dir / f"events.rank{rank}.jsonl")
+        events_by_rank[rank] = events
+        torn += bad
+    evals, bad = read_jsonl(run_dir / "eval.jsonl")
+    torn += bad
+    final = next((e for e in reversed(evals) if e.get("kind") == "final"), {})
+    all_events = [e for events in events_by_rank.values() for e in events]
+    t_first = min((e["t_start"] for e in all_events), default=0)
+    t_last = max((e["t_end"] for e in all_events), default=0)
+    return {
+        "throughput": throughput(events_by_rank, config.warmup_iterations),
+        "samples": sum(e["samples"] for e in all_events),
+        "iterations": sum(len(v) for v in events_by_rank.values()),
+        "iterations_per_worker": [len(events_by_rank[r]) for r in range(config.workers)],
+        "last_iteration_per_worker": [
+            events_by_rank[r][-1]["iteration"] if events_by_rank[r] else None
+            for r in range(config.workers)],
+        "train_wall_s": (t_last - t_first) / 1e9,
+        "final_test_loss": final.get("test_loss"),
+        "final_test_accuracy": final.get("test_accuracy"),
+        "final_consensus_distance": final.get("consensus_distance"),
+        "torn_lines": torn,
+        **time_breakdown(all_events),
+    }
+
+
+class LocalLauncher:
+    """Runs one RunConfig on local subprocesses and writes its summary.json."""
+
+    def __init__(self, on_progress: Callable[[int, int], None] | None = None):
+        #: Called with (iterations logged so far, iterations expected) while the run trains.
+        self.on_progress = on_progress
+
+    def run(self, config: RunConfig, run_dir: Path) -> dict[str, Any]:
+        import torch.distributed as dist
+
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(run_dir / "config.json", config.to_dict())
+        write_json_atomic(run_dir / "env.json", environment())
+        started = time.time()
+        store = dist.TCPStore("127.0.0.1", 0, None, True,
+                              timeout=datetime.timedelta(seconds=config.comm_timeout_s),
+                              wait_for_workers=False)
+        procs: list[multiprocessing.Process] = []
+        cause, status = None, "ok"
+        try:
+            procs = [self._spawn(config, run_dir, rank, store.port)
+                     for rank in range(config.world_size)]
+            cause = self._watch(config, run_dir, procs)
+            status = "ok" if cause is None else "failed"
+        except KeyboardInterrupt:
+            status, cause = "interrupted", "interrupted by the user (Ctrl-C)"
+            raise
+        finally:
+            _kill_all(procs)
+            summary = {
+                "schema_version": SCHEMA_VERSION, "run_id": config.run_id, "status": status,
+                "cause": cause, "wall_s": time.time() - started,
+                "started_at": datetime.datetime.fromtimestamp(started).isoformat(),
+                "algorithm": config.algorithm, "workload": config.workload,
+                "workers": config.workers, "world_size": config.world_size,
+                "slowdown": config.slowdown, "seed": config.seed, "pace_ms": config.pace_ms,
+                "compute": config.compute, "synthetic": config.synthetic,
+                **summarize(config, run_dir),
+            }
+            write_json_atomic(run_dir / "summary.json", summary)
+            del store
+        return summary
+
+    def _spawn(self, config: RunConfig, run_dir: Path, rank: int,
+               port: int) -> multiprocessing.Process:
+        proc = _forkserver().Process(
+            target=_rank_main, args=(run_dir, rank, port), name=f"hetbench-rank{rank}")
+        proc.start()
+        return proc
+
+    def _watch(self, config: RunConfig, run_dir: Path,
+               procs: list[multiprocessing.Process]) -> str | None:
+        """Wait for all ranks; the failure cause as one line, or None if every rank succeeded."""
+        expected = (config.iterations or 0) * config.workers
+        # No rank may go this long without any rank logging progress (a hang the comm timeout
+        # cannot see, such as a rank stuck outside any collective).
+        stall_limit_s = 2 * config.comm_timeout_s + 60
+        last_size, last_change = -1, time.time()
+        while True:
+            codes = [p.exitcode for p in procs]
+            failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+            if failed:
+                time.sleep(GRACE_S)  # let peers write their own reports before the kill
+                return _failure_cause(run_dir, procs, failed[0])
+            if all(c == 0 for c in codes):
+                return None
+            size = sum(_size(run_dir / f"events.rank{r}.jsonl") for r in range(config.workers))
+            if size != last_size:
+                last_size, last_change = size, time.time()
+                if self.on_progress:
+                    self.on_progress(_count_lines(run_dir, config.workers), expected)
+            elif time.time() - last_change > stall_limit_s:
+                return (f"no progress for {stall_limit_s:.0f} s (a rank hung); ranks still "
+                        f"running: {[r for r, c in enumerate(codes) if c is None]}")
+            time.sleep(POLL_S)
+
+
+def _forkserver():
+    """A multiprocessing context whose server has imported torch and hetbench once.
+
+    Importing torch costs seconds per process on a small machine; forking each rank from a
+    server that already holds it makes start-up nearly free. Nothing in the server touches
+    threads, CUDA or torch.distributed, so forking from it is safe.
+    """
+    ctx = multiprocessing.get_context("forkserver")
+    # torch.optim pulls in torch._dynamo on first use: seconds, so the server pays it once.
+    ctx.set_forkserver_preload(["torch", "torch._dynamo", "hetbench.harness.worker"])
+    return ctx
+
+
+def _rank_main(run_dir: Path, rank: int, port: int) -> None:
+    """Body of a rank's process: its own session, its own log file, then the worker."""
+    # Own session: Ctrl-C at the terminal reaches only the launcher, which then kills each
+    # rank's whole process group, so nothing is left behind.
+    os.setsid()
+    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    fd = os.open(run_dir / f"worker.rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    from hetbench.harness.worker import main
+
+    main(["--run-dir", str(run_dir), "--rank", str(rank), "--store-port", str(port)])
+
+
+def _failure_cause(run_dir: Path, procs: list[multiprocessing.Process], first: int) -> str:
+    """One line naming the rank, what happened to it and its last iteration."""
+    reports = {}
+    for rank in range(len(procs)):
+        path = run_dir / f"error.rank{rank}.json"
+        if path.exists():
+            reports[rank] = read_json(path)
+    code = procs[first].exitcode
+    if code < 0 and first not in reports:
+        name = signal.Signals(-code).name
+        last = _last_iteration(run_dir, first)
+        return f"rank {first} was killed by {name} (last iteration {last})"
+    if reports:
+        # The earliest report is the root cause; later ones are usually peers timing out on it.
+        rank, report = min(reports.items(), key=lambda item: item[1]["time_ns"])
+        where = f"in {report['phase']}"
+        if report.get("iteration") is not None:
+            where += f" at iteration {report['iteration']}"
+        message = report["message"].splitlines()[0] if report["message"] else ""
+        return f"rank {rank} raised {report['exception']} {where}: {message}"[:500]
+    return f"rank {first} exited with code {code} (see worker.rank{first}.log)"
+
+
+def _last_iteration(run_dir: Path, rank: int) -> int | None:
+    events, _ = read_jsonl(run_dir / f"events.rank{rank}.jsonl")
+    return events[-1]["iteration"] if events else None
+
+
+def _kill_all(procs: list[multiprocessing.Process]) -> None:
+    for p in procs:
+        if p.pid is None:
+            continue
+        for kill in (os.killpg, os.kill):  # the group, or the process if setsid had not run
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill(p.pid, signal.SIGKILL)
+    for p in procs:
+        p.join(timeout=10)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _count_lines(run_dir: Path, workers: int) -> int:
+    total = 0
+    for rank in range(workers):
+        try:
+            with (run_dir / f"events.rank{rank}.jsonl").open("rb") as f:
+                total += sum(1 for _ in f)
+        except FileNotFoundError:
+            pass
+    return total

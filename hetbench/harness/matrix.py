@@ -1,0 +1,139 @@
+"""Matrix expansion: a TOML file and/or CLI flags -> the list of RunConfigs to run.
+
+A matrix file holds lists for the swept axes and scalars for the rest:
+
+    name = "quick"                      # results go to results/<name>/ unless --out says
+    algorithms = ["allreduce", "ps-sync"]
+    workloads = ["mlp-digits"]
+    workers = [4]
+    slowdown = ["none", "prob:5"]
+    seeds = [1]
+    iterations = 200
+    pace_ms = 0
+    [algorithm.hop]                     # options of one algorithm
+    backup_workers = 1
+    [workload.mlp-digits]               # options of one workload
+    batch_size = 32
+
+Flags given on the command line replace the file's value of the same key.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from hetbench.errors import UserError
+from hetbench.harness.config import RunConfig
+
+AXES = {"algorithms": str, "workloads": str, "workers": int, "slowdown": str, "seeds": int}
+SCALARS = {
+    "iterations": int, "seconds": float, "pace_ms": float, "warmup_iterations": int,
+    "comm_timeout_s": float, "eval_interval_s": float, "device": str, "save_models": bool,
+    "launcher": str,
+}
+TABLES = ("algorithm", "workload")
+DEFAULTS: dict[str, Any] = {"slowdown": ["none"], "seeds": [1]}
+
+
+def load_matrix_file(path: Path) -> dict[str, Any]:
+    """Parse a matrix TOML file into a plain dict, with one-line errors for what is wrong."""
+    if not path.is_file():
+        raise UserError(f"matrix file {path} does not exist")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"matrix file {path} is not valid TOML: {exc}") from None
+    data.setdefault("name", path.stem)
+    return data
+
+
+def expand(spec: dict[str, Any]) -> list[RunConfig]:
+    """Every combination of the axes as a validated RunConfig (first error stops expansion)."""
+    spec = {**DEFAULTS, **spec}
+    known = set(AXES) | set(SCALARS) | set(TABLES) | {"name", "description", "target"}
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        raise UserError(
+            f"matrix: unknown key(s) {', '.join(unknown)}; keys are: {', '.join(sorted(known))}"
+        )
+    for axis in ("algorithms", "workloads", "workers"):
+        if axis not in spec:
+            raise UserError(f"matrix: no {axis} given; set `{axis} = [...]` or pass --{axis}")
+    axes = {axis: _as_list(spec[axis], kind, axis) for axis, kind in AXES.items()}
+    scalars = {}
+    for key, kind in SCALARS.items():
+        if key in spec:
+            scalars[key] = _check_scalar(spec[key], kind, key)
+    if "seconds" in spec and "iterations" not in spec:
+        scalars["iterations"] = None
+    tables = {}
+    for table in TABLES:
+        value = spec.get(table, {})
+        if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+            raise UserError(f"matrix: [{table}.<name>] tables must hold options, got {value!r}")
+        tables[table] = value
+    for name in tables["algorithm"]:
+        if name not in axes["algorithms"]:
+            raise UserError(f"matrix: [algorithm.{name}] names an algorithm not in `algorithms`")
+    for name in tables["workload"]:
+        if name not in axes["workloads"]:
+            raise UserError(f"matrix: [workload.{name}] names a workload not in `workloads`")
+
+    configs = []
+    seen = set()
+    for algorithm, workload, workers, slowdown, seed in itertools.product(*axes.values()):
+        config = RunConfig(
+            algorithm=algorithm, workload=workload, workers=workers, slowdown=slowdown,
+            seed=seed, algorithm_options=dict(tables["algorithm"].get(algorithm, {})),
+            workload_options=dict(tables["workload"].get(workload, {})),
+            matrix=str(spec.get("name", "adhoc")), **scalars,
+        )
+        if config.run_id not in seen:
+            seen.add(config.run_id)
+            configs.append(config)
+    return configs
+
+
+def _as_list(value: Any, kind: type, key: str) -> list:
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise UserError(f"matrix: {key} is empty")
+    return [_check_scalar(v, kind, key) for v in values]
+
+
+def _check_scalar(value: Any, kind: type, key: str) -> Any:
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind is int and isinstance(value, bool):
+        raise UserError(f"matrix: {key} must be an integer, got {value!r}")
+    if not isinstance(value, kind):
+        raise UserError(f"matrix: {key} must be {kind.__name__}, got {value!r}")
+    return value
+
+
+def split_list(text: str | None, kind: type, flag: str) -> list | None:
+    """A comma-separated flag value as a list of `kind` (None if the flag was not given)."""
+    if text is None:
+        return None
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if kind is str and flag == "--slowdown":
+        items = _rejoin_slowdowns(items)
+    try:
+        return [kind(item) for item in items]
+    except ValueError:
+        raise UserError(
+            f"{flag}: expected comma-separated {kind.__name__}s, got {text!r}") from None
+
+
+def _rejoin_slowdowns(items: list[str]) -> list[str]:
+    """`det:5@0,3` contains a comma: glue bare integers back onto the det spec before them."""
+    out: list[str] = []
+    for item in items:
+        if item.isdigit() and out and out[-1].startswith("det:"):
+            out[-1] += "," + item
+        else:
+            out.append(item)
+    return out

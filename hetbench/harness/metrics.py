@@ -1,0 +1,53 @@
+"""Throughput and time accounting from event logs: pure functions of the records."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+def throughput_window(events_by_rank: dict[int, list[dict[str, Any]]],
+                      warmup_iterations: int) -> tuple[int, int] | None:
+    """The steady-state window [t0, t1] (ns) in which every worker was past warm-up and running.
+
+    t0 = the latest end of any worker's warm-up; t1 = the earliest end of any worker's last
+    iteration. Asynchronous algorithms let fast workers finish early; counting only while all
+    run keeps one lucky worker from inflating (or idling workers from deflating) the rate.
+    """
+    starts, ends = [], []
+    for events in events_by_rank.values():
+        if len(events) <= warmup_iterations:
+            return None
+        starts.append(events[warmup_iterations - 1]["t_end"] if warmup_iterations else
+                      events[0]["t_start"])
+        ends.append(events[-1]["t_end"])
+    t0, t1 = max(starts), min(ends)
+    return (t0, t1) if t1 > t0 else None
+
+
+def throughput(events_by_rank: dict[int, list[dict[str, Any]]], warmup_iterations: int) -> float:
+    """Samples processed by all workers per second inside the steady-state window (0 if none).
+
+    An iteration counts in proportion to its overlap with the window, so the rate does not jump
+    with where iteration boundaries fall.
+    """
+    window = throughput_window(events_by_rank, warmup_iterations)
+    if window is None:
+        return 0.0
+    t0, t1 = window
+    samples = 0.0
+    for events in events_by_rank.values():
+        for e in events:
+            overlap = min(e["t_end"], t1) - max(e["t_start"], t0)
+            if overlap > 0:
+                samples += e["samples"] * overlap / (e["t_end"] - e["t_start"])
+    return samples / ((t1 - t0) / 1e9)
+
+
+def time_breakdown(events: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """Total seconds of compute, injected slowdown, communication and waiting."""
+    totals = {"compute_s": 0.0, "slowdown_s": 0.0, "comm_s": 0.0, "wait_s": 0.0}
+    for e in events:
+        for key in totals:
+            totals[key] += e.get(key, 0.0)
+    return totals

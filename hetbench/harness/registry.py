@@ -1,0 +1,58 @@
+"""Name -> class registries, imported lazily.
+
+Built-in entries name a module path so `bench list` and validation import only what they need and
+a missing optional dependency (horovod, say) breaks only the entry that needs it. Third-party
+plugins register through the entry-point groups `hetbench.algorithms` and `hetbench.workloads`
+(value "module:Class"), or by calling `Registry.add` before `bench run` expands its matrix.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+from typing import Generic, TypeVar
+
+from hetbench.errors import UserError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    def __init__(self, kind: str, entry_point_group: str, builtin: dict[str, str]):
+        self.kind = kind
+        self.entry_point_group = entry_point_group
+        self._targets: dict[str, str | type[T]] = dict(builtin)
+        self._plugins_loaded = False
+
+    def add(self, name: str, target: str | type[T]) -> None:
+        """Register `name` as a class or a "module:Class" path."""
+        self._targets[name] = target
+
+    def _load_plugins(self) -> None:
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        for ep in entry_points(group=self.entry_point_group):
+            self._targets.setdefault(ep.name, ep.value)
+
+    def names(self) -> list[str]:
+        self._load_plugins()
+        return sorted(self._targets)
+
+    def get(self, name: str) -> type[T]:
+        """The class registered as `name`; UserError if unknown or if its module fails to import."""
+        self._load_plugins()
+        if name not in self._targets:
+            raise UserError(
+                f"unknown {self.kind} {name!r}; known: {', '.join(self.names())} (see `bench list`)"
+            )
+        target = self._targets[name]
+        if isinstance(target, str):
+            module_name, _, attr = target.partition(":")
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                raise UserError(f"{self.kind} {name!r} is unavailable: {exc}") from exc
+            target = getattr(module, attr)
+            self._targets[name] = target
+        return target

@@ -1,0 +1,65 @@
+"""Running a matrix: resume finished runs, keep failed attempts, move on after a failure."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hetbench.harness.config import RunConfig
+from hetbench.harness.launcher import LocalLauncher
+from hetbench.harness.store import read_json
+
+
+@dataclass
+class RunOutcome:
+    config: RunConfig
+    run_dir: Path
+    summary: dict[str, Any]
+    skipped: bool
+
+
+def finished_summary(run_dir: Path) -> dict[str, Any] | None:
+    """The summary of a run that finished successfully, or None."""
+    path = run_dir / "summary.json"
+    if not path.exists():
+        return None
+    try:
+        summary = read_json(path)
+    except ValueError:
+        return None
+    return summary if summary.get("status") == "ok" else None
+
+
+def set_aside(run_dir: Path, out_dir: Path) -> None:
+    """Move an unfinished attempt to out/.attempts/ so a rerun starts clean and nothing is lost."""
+    attempts = out_dir / ".attempts"
+    attempts.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(run_dir), attempts / f"{run_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def run_matrix(configs: list[RunConfig], out_dir: Path, force: bool = False,
+               on_start: Callable[[RunConfig], None] | None = None,
+               on_done: Callable[[RunOutcome], None] | None = None,
+               on_progress: Callable[[int, int], None] | None = None) -> list[RunOutcome]:
+    outcomes = []
+    launcher = LocalLauncher(on_progress=on_progress)
+    for config in configs:
+        run_dir = out_dir / config.run_id
+        summary = None if force else finished_summary(run_dir)
+        if summary is not None:
+            outcome = RunOutcome(config, run_dir, summary, skipped=True)
+        else:
+            if run_dir.exists():
+                set_aside(run_dir, out_dir)
+            if on_start:
+                on_start(config)
+            summary = launcher.run(config, run_dir)
+            outcome = RunOutcome(config, run_dir, summary, skipped=False)
+        outcomes.append(outcome)
+        if on_done:
+            on_done(outcome)
+    return outcomes

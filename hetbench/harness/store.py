@@ -1,0 +1,108 @@
+"""The result store: append-only event logs and atomically replaced JSON files.
+
+results/<matrix>/<run_id>/
+    config.json          the resolved RunConfig
+    env.json             versions, machine, git sha
+    events.rank<r>.jsonl one line per iteration per worker
+    eval.jsonl           test loss/accuracy of the delivered model over time
+    summary.json         status ok|failed|interrupted, cause, throughput, ...
+Nothing here is ever half-written: JSON files go to a temp file then os.replace; JSONL lines are
+appended whole and flushed, and a reader skips a torn last line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hetbench.harness.config import SCHEMA_VERSION
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True, default=str)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+class EventLog:
+    """Append-only JSON lines; each record is written whole and flushed."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._file = path.open("a", buffering=1)
+
+    def append(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record, separators=(",", ":"), default=float) + "\n")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """Records of a JSONL file and the number of torn/garbled lines skipped."""
+    records, torn = [], 0
+    if not path.exists():
+        return records, torn
+    with path.open() as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                torn += 1
+    return records, torn
+
+
+def environment() -> dict[str, Any]:
+    """Versions, machine and git state, written beside every run's measurements."""
+    import torch
+
+    env = {
+        "schema_version": SCHEMA_VERSION,
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "cpu_count": os.cpu_count(),
+        "hostname": socket.gethostname(),
+        "cuda_available": torch.cuda.is_available(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "gloo_available": torch.distributed.is_gloo_available(),
+        "nccl_available": torch.distributed.is_nccl_available(),
+    }
+    env.update(_git_state())
+    return env
+
+
+def _git_state() -> dict[str, Any]:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return {"git_sha": None, "git_dirty": None}
+    return {"git_sha": sha or None, "git_dirty": bool(dirty) if sha else None}

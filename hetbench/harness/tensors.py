@@ -1,0 +1,57 @@
+"""Flattening a model's parameters or gradients into one buffer, and back: pure tensor code."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def params_of(model: nn.Module) -> list[torch.Tensor]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def flat_params(model: nn.Module) -> torch.Tensor:
+    """A new 1-D tensor holding all trainable parameters."""
+    return torch.cat([p.detach().reshape(-1) for p in params_of(model)])
+
+
+def flat_grads(model: nn.Module) -> torch.Tensor:
+    """A new 1-D tensor holding all gradients (zeros where a parameter has none)."""
+    return torch.cat([
+        (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+        for p in params_of(model)
+    ])
+
+
+@torch.no_grad()
+def set_flat_params(model: nn.Module, flat: torch.Tensor) -> None:
+    offset = 0
+    for p in params_of(model):
+        n = p.numel()
+        p.copy_(flat[offset:offset + n].view_as(p))
+        offset += n
+
+
+@torch.no_grad()
+def set_flat_grads(model: nn.Module, flat: torch.Tensor) -> None:
+    offset = 0
+    for p in params_of(model):
+        n = p.numel()
+        if p.grad is None:
+            p.grad = torch.empty_like(p)
+        p.grad.copy_(flat[offset:offset + n].view_as(p))
+        offset += n
+
+
+def buckets(tensors: list[torch.Tensor], bucket_bytes: int) -> list[list[torch.Tensor]]:
+    """Split tensors, in order, into consecutive buckets of about `bucket_bytes` each."""
+    out: list[list[torch.Tensor]] = [[]]
+    size = 0
+    for t in tensors:
+        nbytes = t.numel() * t.element_size()
+        if out[-1] and size + nbytes > bucket_bytes:
+            out.append([])
+            size = 0
+        out[-1].append(t)
+        size += nbytes
+    return out

@@ -1,0 +1,253 @@
+"""The life of one rank: join the world, build workload and algorithm, train, evaluate.
+
+The loop per iteration is: compute (forward/backward, or an emulated paced wait) -> pacing floor
+-> injected slowdown -> algorithm.step (local update + synchronization) -> one event line. The
+harness times each phase; the algorithm reports only how long it was blocked on peers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hetbench.algorithms.base import Algorithm
+from hetbench.harness.comm import Comm, ReduceOp
+from hetbench.harness.config import SCHEMA_VERSION, RunConfig
+from hetbench.harness.context import WorkerContext
+from hetbench.harness.store import EventLog, read_json, write_json_atomic
+from hetbench.harness.tensors import flat_params, params_of, set_flat_params
+from hetbench.workloads.base import Workload
+
+#: Snapshots kept per worker; beyond this the snapshot stride doubles (older odd ticks dropped).
+MAX_SNAPSHOTS = 48
+
+# What the rank was doing when it failed, for the cause in error.rank<r>.json.
+_progress = {"phase": "starting", "iteration": None}
+
+
+def pick_device(requested: str, local_rank: int) -> torch.device:
+    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError("device = cuda was asked for but CUDA is not available")
+    return torch.device("cuda", local_rank % torch.cuda.device_count())
+
+
+class Snapshots:
+    """Copies of this worker's parameters at wall-clock ticks, evaluated after training."""
+
+    def __init__(self, interval_s: float):
+        self.interval_s = interval_s
+        self.stride = 1
+        self.by_tick: dict[int, tuple[int, torch.Tensor]] = {}
+
+    def maybe_take(self, elapsed_s: float, iteration: int, model) -> float:
+        """Snapshot if a new tick began; returns the seconds spent (excluded from the step)."""
+        tick = int(elapsed_s / self.interval_s)
+        if tick % self.stride or tick in self.by_tick:
+            return 0.0
+        start = time.perf_counter()
+        self.by_tick[tick] = (iteration, flat_params(model).clone())
+        if len(self.by_tick) > MAX_SNAPSHOTS:
+            self.stride *= 2
+            self.by_tick = {t: s for t, s in self.by_tick.items() if t % self.stride == 0}
+        return time.perf_counter() - start
+
+    def at(self, tick: int) -> tuple[int, torch.Tensor]:
+        """The latest snapshot taken at or before `tick`."""
+        return self.by_tick[max(t for t in self.by_tick if t <= tick)]
+
+
+def _note(rank: int, what: str) -> None:
+    """A timestamped line in the rank's log (worker.rank<r>.log), for post-mortems."""
+    print(f"{time.strftime('%H:%M:%S')}.{time.time_ns() // 1_000_000 % 1000:03d} rank {rank}: "
+          f"{what}", flush=True)
+
+
+def run_worker(run_dir: Path, rank: int, store_host: str, store_port: int) -> None:
+    _note(rank, "started")
+    torch.set_num_threads(1)
+    config = RunConfig.from_dict(read_json(run_dir / "config.json"))
+    world_size = config.world_size
+    device = pick_device(config.device, int(os.environ.get("LOCAL_RANK", rank)))
+    _progress["phase"] = "rendezvous"
+    comm = Comm.connect(rank, world_size, store_host, store_port, device, config.comm_timeout_s)
+    _note(rank, f"joined the world of {world_size} ranks ({comm.backend}, {device})")
+    try:
+        workers = list(range(config.workers))
+        comm.group(workers)  # collective over the world: every rank creates it, now
+        workload: Workload = config.workload_class()(config.workload_config(), config.seed)
+        torch.manual_seed(config.seed)  # same initial model on every rank
+        model = workload.build_model().to(device)
+        optimizer = workload.make_optimizer(model)
+        algorithm: Algorithm = config.algorithm_class()(config.algorithm_config())
+        ctx = WorkerContext(rank=rank, world_size=world_size, workers=config.workers,
+                            device=device, comm=comm, seed=config.seed,
+                            rng=np.random.default_rng([config.seed, rank, 17]))
+        _progress["phase"] = "setup"
+        algorithm.setup(ctx, model, optimizer)
+        _note(rank, "set up; waiting for the common start")
+        comm.barrier()  # common start: nobody's clock runs during the others' set-up
+        _note(rank, "training")
+        t0_ns = time.time_ns()
+        if not ctx.is_worker:
+            _progress["phase"] = "serving"
+            algorithm.serve(ctx, model, optimizer)
+            return
+        snapshots = Snapshots(config.eval_interval_s)
+        snapshots.maybe_take(0.0, 0, model)  # tick 0: the common initial model
+        emulated = config.compute == "emulated"
+        iterations_done = _train(config, ctx, workload, model, optimizer, algorithm, run_dir,
+                                 t0_ns, None if emulated else snapshots)
+        _progress["phase"] = "finish"
+        algorithm.finish(ctx, model)
+        end_s = (time.time_ns() - t0_ns) / 1e9
+        _progress["phase"] = "evaluation"
+        _note(rank, f"trained {iterations_done} iterations; evaluating")
+        if config.save_models:
+            np.save(run_dir / f"model.rank{rank}.npy", flat_params(model).cpu().numpy())
+        if not emulated:
+            _evaluate(config, ctx, workload, model, snapshots, end_s, iterations_done, run_dir)
+    finally:
+        comm.close()
+
+
+def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, optimizer,
+           algorithm: Algorithm, run_dir: Path, t0_ns: int, snapshots: Snapshots | None) -> int:
+    """Train until the budget is spent; returns the worker's final iteration counter."""
+    rank, comm, device = ctx.rank, ctx.comm, ctx.device
+    injector = config.injector()
+    options = config.workload_config()
+    pace_s = config.pace_ms / 1000
+    batch_size = options.batch_size
+    agree_on_stop = algorithm.synchronous and config.seconds is not None
+    batches = None
+    if config.compute == "emulated":
+        # Fixed, seeded gradients of the real shapes: real message sizes, no real compute.
+        g = torch.Generator().manual_seed(config.seed * 1000 + rank)
+        for p in params_of(model):
+            p.grad = (torch.randn(p.shape, generator=g) * 1e-4).to(device)
+    else:
+        batches = workload.train_batches(rank, config.workers)
+    log = EventLog(run_dir / f"events.rank{rank}.jsonl")
+    iteration = 0
+    try:
+        while True:
+            elapsed_s = (time.time_ns() - t0_ns) / 1e9
+            stop = (config.iterations is not None and iteration >= config.iterations) or (
+                config.seconds is not None and elapsed_s >= config.seconds)
+            if agree_on_stop:
+                flag = torch.tensor([float(stop)], device=device)
+                stop = bool(comm.all_reduce_(flag, ReduceOp.MAX, ctx.worker_ranks).item())
+            if stop:
+                break
+            _progress["phase"], _progress["iteration"] = "training", iteration
+            snapshot_s = snapshots.maybe_take(elapsed_s, iteration, model) if snapshots else 0.0
+
+            t_start = time.time_ns()
+            if batches is None:
+                time.sleep(options.compute_ms / 1000)
+                loss_value = float("nan")
+            else:
+                x, y = next(batches)
+                optimizer.zero_grad(set_to_none=False)
+                loss = workload.loss(model, (x.to(device), y.to(device)))
+                loss.backward()
+                loss_value = loss.item()  # also waits for a GPU to finish the step
+            compute_s = (time.time_ns() - t_start) / 1e9
+            if compute_s < pace_s:
+                time.sleep(pace_s - compute_s)
+                compute_s = pace_s
+            slowdown_s = injector.delay_s(rank, iteration, elapsed_s, compute_s)
+            if slowdown_s > 0:
+                time.sleep(slowdown_s)
+            t_sync = time.time_ns()
+            info = algorithm.step(ctx, model, optimizer)
+            t_end = time.time_ns()
+            step_s = (t_end - t_sync) / 1e9
+            wait_s = min(info.wait_s, step_s)
+            log.append({
+                "schema_version": SCHEMA_VERSION, "run_id": config.run_id, "rank": rank,
+                "iteration": iteration, "t_start": t_start, "t_end": t_end,
+                "compute_s": compute_s, "slowdown_s": (t_sync - t_start) / 1e9 - compute_s,
+                "comm_s": step_s - wait_s, "wait_s": wait_s, "samples": batch_size,
+                "loss": loss_value, "snapshot_s": snapshot_s, **info.fields,
+            })
+            iteration = info.next_iteration if info.next_iteration is not None else iteration + 1
+    finally:
+        ctx.stopping = True
+        log.close()
+    return iteration
+
+
+@torch.no_grad()
+def _evaluate(config: RunConfig, ctx: WorkerContext, workload: Workload, model,
+              snapshots: Snapshots, end_s: float, iterations_done: int, run_dir: Path) -> None:
+    """Score the average of all workers' models at each snapshot tick, then the final model.
+
+    Runs after training, so evaluation never perturbs the timed path. Rank 0 writes eval.jsonl.
+    """
+    comm, workers = ctx.comm, ctx.worker_ranks
+
+    def agreed(value: float, op) -> float:
+        t = torch.tensor([value], dtype=torch.float64, device=ctx.device)
+        return comm.all_reduce_(t, op, workers).item()
+
+    def score(flat: torch.Tensor, iteration: float) -> dict:
+        mean = comm.average_(flat.clone(), workers)
+        spread = agreed(float((flat - mean).pow(2).sum()), ReduceOp.SUM) / len(workers)
+        record = {"iteration": agreed(iteration, ReduceOp.SUM) / len(workers),
+                  "consensus_distance": spread}
+        if ctx.rank == 0:
+            original = flat_params(model)
+            set_flat_params(model, mean)
+            record.update(workload.evaluate(model))
+            set_flat_params(model, original)
+        return record
+
+    stride = int(agreed(snapshots.stride, ReduceOp.MAX))
+    last_tick = int(agreed(int(end_s / snapshots.interval_s), ReduceOp.MIN))
+    records = []
+    for tick in range(0, last_tick + 1, stride):
+        iteration, flat = snapshots.at(tick)
+        records.append({"kind": "snapshot", "wall_s": tick * snapshots.interval_s,
+                        **score(flat, iteration)})
+    records.append({"kind": "final", "wall_s": agreed(end_s, ReduceOp.MAX),
+                    **score(flat_params(model), iterations_done)})
+    if ctx.rank == 0:
+        log = EventLog(run_dir / "eval.jsonl")
+        for record in records:
+            log.append({"schema_version": SCHEMA_VERSION, "run_id": config.run_id, **record})
+        log.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="one hetbench rank (started by a launcher)")
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--rank", type=int, default=None, help="default: $RANK")
+    parser.add_argument("--store-host", default="127.0.0.1")
+    parser.add_argument("--store-port", type=int, required=True)
+    args = parser.parse_args(argv)
+    rank = args.rank if args.rank is not None else int(os.environ["RANK"])
+    try:
+        run_worker(args.run_dir, rank, args.store_host, args.store_port)
+    except BaseException as exc:
+        write_json_atomic(args.run_dir / f"error.rank{rank}.json", {
+            "rank": rank, "exception": type(exc).__name__, "message": str(exc).strip()[:2000],
+            "phase": _progress["phase"], "iteration": _progress["iteration"],
+            "traceback": traceback.format_exc(), "time_ns": time.time_ns(),
+        })
+        traceback.print_exc()
+        sys.stdout.flush()
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    main()
