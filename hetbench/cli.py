@@ -166,17 +166,15 @@ def _run_with_progress(configs, out_dir: Path, force: bool) -> None:
         sys.exit(1)
 
 
-@cli.command("report")
-@click.argument("results_dir", type=click.Path(path_type=Path))
-@click.option("--baseline", default="allreduce", show_default=True,
-              help="Algorithm that throughput is normalised to.")
-def report_cmd(results_dir: Path, baseline: str) -> None:
-    """Write report.md and report.csv for the runs under RESULTS_DIR."""
-    from hetbench.reports.report import write_report
+def _add_report_commands() -> None:
+    """report / compare / reproduce live beside the reporters (hetbench.reports.commands)."""
+    from hetbench.reports.commands import COMMANDS
 
-    paths = write_report(results_dir, baseline)
-    for kind, path in paths.items():
-        click.echo(f"{kind}: {path}")
+    for command in COMMANDS:
+        cli.add_command(command)
+
+
+_add_report_commands()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,7 +8,10 @@ slowdown; it reports what the event log should say about the step in a StepInfo.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -54,6 +57,17 @@ class Algorithm(ABC):
     def server_ranks(cls, config: Any, workers: int) -> int:
         """Ranks beyond the workers that this algorithm needs (a parameter server, say)."""
         return 0
+
+    @classmethod
+    @contextmanager
+    def services(cls, config: Any, workers: int, run_dir: Path) -> Iterator[dict[str, Any]]:
+        """Processes the run needs beside its ranks (Prague's Group Generator, say).
+
+        The launcher enters this before starting any rank and leaves it after the last one
+        ended, so a service never outlives its run. It yields what workers need to reach the
+        services (e.g. {"gg_address": "127.0.0.1:50051"}); workers find it in ctx.services.
+        """
+        yield {}
 
     @classmethod
     def validate(cls, config: Any, workers: int) -> None:

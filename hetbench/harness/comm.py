@@ -29,6 +29,7 @@ class Comm:
         self.store = store
         self.timeout = datetime.timedelta(seconds=timeout_s)
         self._groups: OrderedDict[tuple[int, ...], object] = OrderedDict()
+        self._channels: dict[tuple, object] = {}
         self._group_cache_size = group_cache_size
         self.group_cache_hits = 0
         self.group_cache_misses = 0
@@ -87,6 +88,32 @@ class Comm:
         return dist.irecv(tensor, src=src, tag=tag)
 
     # -- groups ------------------------------------------------------------------------------
+    def channel(self, name: str, members: Sequence[int] | None = None):
+        """A process group of its own for `members` (default: the world), e.g. for a thread
+        that serves peers while the main thread computes: collectives on different groups
+        never interleave. Creation is collective over the world: call it from setup() on every
+        rank, in the same order. Use it through the *_on methods.
+        """
+        key = (name, tuple(sorted(members)) if members is not None else None)
+        if key not in self._channels:
+            ranks = list(key[1]) if key[1] is not None else list(range(self.world_size))
+            self._channels[key] = dist.new_group(ranks, timeout=self.timeout)
+        return self._channels[key]
+
+    def send_on(self, group, tensor: torch.Tensor, dst: int, tag: int = 0) -> None:
+        dist.send(tensor, dst=dst, group=group, tag=tag)
+
+    def recv_on(self, group, tensor: torch.Tensor, src: int | None = None, tag: int = 0) -> int:
+        """Receive on a channel; `src` and the returned sender are global ranks."""
+        return dist.recv(tensor, src=src, group=group, tag=tag)
+
+    def isend_on(self, group, tensor: torch.Tensor, dst: int, tag: int = 0) -> dist.Work:
+        return dist.isend(tensor, dst=dst, group=group, tag=tag)
+
+    def irecv_on(self, group, tensor: torch.Tensor, src: int | None = None,
+                 tag: int = 0) -> dist.Work:
+        return dist.irecv(tensor, src=src, group=group, tag=tag)
+
     def group(self, members: Sequence[int] | None):
         """The process group of `members` (None = the world), created on first use and cached.
 

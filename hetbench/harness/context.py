@@ -22,6 +22,8 @@ class WorkerContext:
     seed: int
     #: Seeded per rank: the only randomness an algorithm should use (peer choice, say).
     rng: np.random.Generator
+    #: What the algorithm's services() yielded in the launcher (addresses of helper processes).
+    services: dict = field(default_factory=dict)
     #: True once the worker's budget is spent; async algorithms read it in finish().
     stopping: bool = False
     extra: dict = field(default_factory=dict)

@@ -76,14 +76,23 @@ class LocalLauncher:
                               wait_for_workers=False)
         procs: list[multiprocessing.Process] = []
         cause, status = None, "ok"
+        algorithm = config.algorithm_class()
         try:
-            procs = [self._spawn(config, run_dir, rank, store.port)
-                     for rank in range(config.world_size)]
-            cause = self._watch(config, run_dir, procs)
+            with algorithm.services(config.algorithm_config(), config.workers,
+                                    run_dir) as services:
+                write_json_atomic(run_dir / "services.json", services)
+                try:
+                    procs = [self._spawn(config, run_dir, rank, store.port)
+                             for rank in range(config.world_size)]
+                    cause = self._watch(config, run_dir, procs)
+                finally:
+                    _kill_all(procs)
             status = "ok" if cause is None else "failed"
         except KeyboardInterrupt:
             status, cause = "interrupted", "interrupted by the user (Ctrl-C)"
             raise
+        except Exception as exc:
+            status, cause = "failed", f"launcher: {type(exc).__name__}: {exc}"
         finally:
             _kill_all(procs)
             summary = {

@@ -90,7 +90,8 @@ def run_worker(run_dir: Path, rank: int, store_host: str, store_port: int) -> No
         algorithm: Algorithm = config.algorithm_class()(config.algorithm_config())
         ctx = WorkerContext(rank=rank, world_size=world_size, workers=config.workers,
                             device=device, comm=comm, seed=config.seed,
-                            rng=np.random.default_rng([config.seed, rank, 17]))
+                            rng=np.random.default_rng([config.seed, rank, 17]),
+                            services=read_json(run_dir / "services.json"))
         _progress["phase"] = "setup"
         algorithm.setup(ctx, model, optimizer)
         _note(rank, "set up; waiting for the common start")

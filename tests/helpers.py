@@ -1,0 +1,89 @@
+"""Shared test helpers: run real configs through the real launcher, or a function on N real
+gloo ranks, and read what they wrote."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import multiprocessing
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hetbench.harness.config import RunConfig
+from hetbench.harness.launcher import LocalLauncher
+from hetbench.harness.store import read_jsonl
+
+
+def run_config(run_dir: Path, **fields: Any) -> dict[str, Any]:
+    """Run one RunConfig(**fields) on real worker processes; returns its summary."""
+    config = RunConfig(**fields)
+    return LocalLauncher().run(config, run_dir)
+
+
+def events(run_dir: Path, workers: int) -> dict[int, list[dict[str, Any]]]:
+    return {r: read_jsonl(run_dir / f"events.rank{r}.jsonl")[0] for r in range(workers)}
+
+
+def final_models(run_dir: Path, workers: int) -> list[np.ndarray]:
+    """Each worker's final flat parameters (the run needs save_models=True)."""
+    return [np.load(run_dir / f"model.rank{r}.npy", allow_pickle=False) for r in range(workers)]
+
+
+def summary(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def _rank_entry(fn, rank, world_size, port, timeout_s, args, queue):
+    import torch
+
+    from hetbench.harness.comm import Comm
+
+    torch.set_num_threads(1)
+    try:
+        comm = Comm.connect(rank, world_size, "127.0.0.1", port, torch.device("cpu"), timeout_s)
+        try:
+            queue.put((rank, "ok", fn(comm, *args)))
+        finally:
+            comm.close()
+    except BaseException:
+        queue.put((rank, "error", traceback.format_exc()))
+
+
+def on_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 60.0) -> list:
+    """Run fn(comm, *args) on `world_size` real gloo ranks; returns each rank's result in order.
+
+    `fn` must be a module-level function (it is pickled to the forked ranks).
+    """
+    import torch.distributed as dist
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "torch._dynamo", "hetbench.harness.comm"])
+    store = dist.TCPStore("127.0.0.1", 0, None, True,
+                          timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_rank_entry,
+                         args=(fn, r, world_size, store.port, timeout_s, args, queue))
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    results: dict[int, Any] = {}
+    errors = []
+    try:
+        for _ in range(world_size):
+            rank, status, value = queue.get(timeout=timeout_s + 30)
+            if status == "ok":
+                results[rank] = value
+            else:
+                errors.append(f"rank {rank}:\n{value}")
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    if errors:
+        raise AssertionError("\n".join(errors))
+    return [results[r] for r in range(world_size)]
