@@ -1,0 +1,85 @@
+"""Bad input through the real CLI: one line naming the problem, exit code 2, no traceback."""
+
+import subprocess
+
+import pytest
+
+BASE = ["run", "--workloads", "mlp-digits", "--workers", "2", "--iterations", "20"]
+
+
+def cases(tmp_path):
+    bad_toml = tmp_path / "bad.toml"
+    bad_toml.write_text("algorithms = [allreduce\n")
+    unknown_key = tmp_path / "unknown.toml"
+    unknown_key.write_text('algorithms = ["allreduce"]\nworkloads = ["svm"]\nworkers = [2]\n'
+                           "itterations = 5\n")
+    wrong_type = tmp_path / "type.toml"
+    wrong_type.write_text('algorithms = ["allreduce"]\nworkloads = ["svm"]\nworkers = ["two"]\n')
+    bad_option = tmp_path / "option.toml"
+    bad_option.write_text('algorithms = ["allreduce"]\nworkloads = ["svm"]\nworkers = [2]\n'
+                          "[algorithm.allreduce]\nbucket_mb = -1\n")
+    unknown_option = tmp_path / "unknown_option.toml"
+    unknown_option.write_text('algorithms = ["allreduce"]\nworkloads = ["svm"]\nworkers = [2]\n'
+                              "[workload.svm]\nbatchsize = 3\n")
+    trace = tmp_path / "trace.csv"
+    trace.write_text("0,0,not-a-number,2\n")
+    # A path under a regular file can't be created, even by root (CI runs as root).
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    return {
+        "unknown algorithm": ([*BASE, "--algorithms", "nope"], "unknown algorithm 'nope'"),
+        "unknown workload": (["run", "--algorithms", "allreduce", "--workloads", "mnist",
+                              "--workers", "2"], "unknown workload 'mnist'"),
+        "one worker": ([*BASE, "--algorithms", "allreduce", "--workers", "1"], "workers must"),
+        "workers not a number": ([*BASE, "--algorithms", "allreduce", "--workers", "four"],
+                                 "--workers"),
+        "malformed toml": (["run", str(bad_toml)], "not valid TOML"),
+        "missing matrix file": (["run", str(tmp_path / "none.toml")], "does not exist"),
+        "unknown matrix key": (["run", str(unknown_key)], "unknown key(s) itterations"),
+        "wrong type in matrix": (["run", str(wrong_type)], "workers must be int"),
+        "bad option value": (["run", str(bad_option)], "bucket_mb must be > 0"),
+        "unknown option": (["run", str(unknown_option)], "unknown option(s) batchsize"),
+        "missing data dir": (["run", "--algorithms", "allreduce", "--workloads", "resnet18",
+                              "--workers", "2"], "no CIFAR-10 at"),
+        "unknown slowdown": ([*BASE, "--algorithms", "allreduce", "--slowdown", "slow:5"],
+                             "unknown slowdown 'slow:5'"),
+        "slowdown factor below 1": ([*BASE, "--algorithms", "allreduce", "--slowdown",
+                                     "prob:0.5"], "factor must be >= 1"),
+        "slowdown worker out of range": ([*BASE, "--algorithms", "allreduce", "--slowdown",
+                                          "det:5@7"], "do not exist with 2 workers"),
+        "slowdown probability out of range": ([*BASE, "--algorithms", "allreduce",
+                                               "--slowdown", "prob:5@2"], "probability"),
+        "missing trace file": ([*BASE, "--algorithms", "allreduce", "--slowdown",
+                                f"trace:{tmp_path}/missing.csv"], "does not exist"),
+        "malformed trace": ([*BASE, "--algorithms", "allreduce", "--slowdown",
+                             f"trace:{trace}"], "expected worker,t_from,t_to,factor"),
+        "iterations within warm-up": ([*BASE, "--algorithms", "allreduce", "--iterations",
+                                       "3"], "must exceed warmup_iterations"),
+        "negative pacing": ([*BASE, "--algorithms", "allreduce", "--pace-ms", "-1"],
+                            "pace_ms must be >= 0"),
+        "negative seconds": ([*BASE, "--algorithms", "allreduce", "--seconds", "-2"],
+                             "seconds must be > 0"),
+        "unwritable output": ([*BASE, "--algorithms", "allreduce", "--out",
+                               str(a_file / "sub")], "not writable"),
+        "report of missing dir": (["report", str(tmp_path / "nothing")], "does not exist"),
+        "unknown flag": (["run", "--algorithm", "allreduce"], "No such option"),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(cases(__import__("pathlib").Path("/tmp"))))
+def test_bad_input_gives_one_line_and_exit_2(tmp_path, bench_cmd, cli_env, name):
+    args, expected = cases(tmp_path)[name]
+    result = subprocess.run([*bench_cmd, *args], capture_output=True, text=True, env=cli_env,
+                            timeout=120, stdin=subprocess.DEVNULL)
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ") and expected in lines[0], lines[0]
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_debug_shows_traceback(tmp_path, bench_cmd, cli_env):
+    result = subprocess.run([*bench_cmd, "--debug", *BASE, "--algorithms", "nope"],
+                            capture_output=True, text=True, env=cli_env, timeout=120)
+    assert result.returncode != 0
+    assert "Traceback" in result.stderr and "UserError" in result.stderr

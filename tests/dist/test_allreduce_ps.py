@@ -1,0 +1,56 @@
+"""All-Reduce and Parameter Server on real worker processes against single-process references."""
+
+import numpy as np
+import pytest
+import torch
+
+from hetbench.harness.config import RunConfig
+from hetbench.harness.tensors import flat_params
+from tests.helpers import final_models, run_config
+
+WORKERS = 4
+ITERATIONS = 12
+
+
+def single_process_sgd(config: RunConfig) -> np.ndarray:
+    """SGD on the concatenation of every worker's batch: what synchronous data parallelism
+    computes when each worker's loss is the mean over its (equal-sized) batch."""
+    workload = config.workload_class()(config.workload_config(), config.seed)
+    torch.manual_seed(config.seed)
+    model = workload.build_model()
+    optimizer = workload.make_optimizer(model)
+    streams = [workload.train_batches(w, config.workers) for w in range(config.workers)]
+    for _ in range(config.iterations):
+        batches = [next(s) for s in streams]
+        x = torch.cat([b[0] for b in batches])
+        y = torch.cat([b[1] for b in batches])
+        optimizer.zero_grad()
+        workload.loss(model, (x, y)).backward()
+        optimizer.step()
+    return flat_params(model).numpy()
+
+
+@pytest.mark.parametrize("algorithm", ["allreduce", "ps-sync"])
+def test_synchronous_algorithms_match_single_process_sgd(tmp_path, algorithm):
+    fields = dict(algorithm=algorithm, workload="mlp-digits", workers=WORKERS,
+                  iterations=ITERATIONS, warmup_iterations=2, save_models=True, seed=3,
+                  workload_options={"lr": 0.2, "momentum": 0.9})
+    summary = run_config(tmp_path, **fields)
+    assert summary["status"] == "ok", summary["cause"]
+    assert summary["iterations_per_worker"] == [ITERATIONS] * WORKERS
+    reference = single_process_sgd(RunConfig(**fields))
+    start = single_process_sgd(RunConfig(**{**fields, "workload_options": {"lr": 0.0}}))
+    assert not np.allclose(reference, start), "the reference must have moved for this to test"
+    for rank, params in enumerate(final_models(tmp_path, WORKERS)):
+        np.testing.assert_allclose(params, reference, rtol=1e-4, atol=2e-5,
+                                   err_msg=f"{algorithm} rank {rank} diverged from SGD")
+
+
+def test_ps_async_converges_on_svm(tmp_path):
+    summary = run_config(tmp_path, algorithm="ps-async", workload="svm", workers=3,
+                         iterations=150, seed=2)
+    assert summary["status"] == "ok", summary["cause"]
+    assert summary["world_size"] == 4  # 3 workers + the server
+    # The synthetic SVM problem flips 10% of labels, so ~0.9 is the ceiling; chance is 0.5.
+    assert summary["final_test_accuracy"] > 0.8
+    assert summary["throughput"] > 0
