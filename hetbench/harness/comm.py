@@ -134,3 +134,96 @@ class Comm:
         group = dist.new_group(list(key), timeout=self.timeout, use_local_synchronization=False)
         self._groups[key] = group
         return group
+
+    # -- P-Reduce (Prague): groups formed on the fly by their members alone ------------------
+    # A member set's communicator is created by its members only, on a PrefixStore of the
+    # world store, and kept in a bounded LRU cache. Each member evicts on its own, so before
+    # every use the members agree through the store whether all of them still hold it; if any
+    # does not, all of them build a fresh one under a new prefix. Keys of one use:
+    # preduce/<members>/u<use> counts arrivals (+ world_size + 1 per member without a
+    # communicator) and .../u<use>/verdict carries the total to the others.
+
+    #: Communicators kept per rank (LRU). Class defaults keep Comm.__init__ untouched.
+    preduce_cache_size: int = 16
+    preduce_cache_hits: int = 0
+    preduce_cache_misses: int = 0
+
+    def _preduce_state(self) -> tuple[OrderedDict, dict]:
+        if "_preduce_comms" not in self.__dict__:
+            # (members) -> communicator, LRU order; (members) -> uses so far. Use counts are
+            # equal on all members of a set (each use involves all of them), so they name the
+            # store keys of the next use without any extra round trip.
+            self.__dict__["_preduce_comms"] = OrderedDict()
+            self.__dict__["_preduce_uses"] = {}
+        return self.__dict__["_preduce_comms"], self.__dict__["_preduce_uses"]
+
+    def member_group(self, members: Sequence[int]):
+        """The communicator of `members` for their next collective, agreed by all of them.
+
+        Every member must call it once per collective it then runs on the returned group
+        (p_reduce_ does); non-members never call it. Concurrent disjoint sets are independent.
+        """
+        key = tuple(sorted(set(members)))
+        if self.rank not in key:
+            raise ValueError(f"rank {self.rank} is not a member of {list(key)}")
+        comms, uses = self._preduce_state()
+        k = len(key)
+        base = "preduce/" + "-".join(map(str, key))
+        use = uses.get(key, 0)
+        uses[key] = use + 1
+        held = key in comms
+        weight = self.world_size + 1  # > any member count, so one counter holds both tallies
+        tally = self.store.add(f"{base}/u{use}", 1 if held else 1 + weight)
+        if tally % weight == k:
+            missing = tally // weight
+            # Last to arrive: tell the others, and drop the previous use's keys, which every
+            # member has read by now (each of them arrived here after finishing that use).
+            self.store.set(f"{base}/u{use}/verdict", str(missing))
+            if use > 0:
+                self.store.delete_key(f"{base}/u{use - 1}")
+                self.store.delete_key(f"{base}/u{use - 1}/verdict")
+        else:
+            missing = int(self.store.get(f"{base}/u{use}/verdict"))
+        if missing == 0:
+            self.preduce_cache_hits += 1
+            comms.move_to_end(key)
+            return comms[key]
+        self.preduce_cache_misses += 1
+        self._drop_member_group(comms.pop(key, None))
+        group = self._new_member_group(dist.PrefixStore(f"{base}/g{use}/", self.store),
+                                       key.index(self.rank), k)
+        comms[key] = group
+        while len(comms) > self.preduce_cache_size:
+            self._drop_member_group(comms.popitem(last=False)[1])
+        return group
+
+    def p_reduce_(self, tensor: torch.Tensor, members: Sequence[int]) -> torch.Tensor:
+        """In-place mean of `tensor` over `members` (this rank among them); others not involved."""
+        if len(set(members)) == 1:
+            return tensor
+        group = self.member_group(members)
+        group.allreduce([tensor]).wait()
+        return tensor.div_(len(set(members)))
+
+    def close_member_groups(self) -> None:
+        """Drop every cached member communicator (a rank's own, no collective)."""
+        comms, _ = self._preduce_state()
+        while comms:
+            self._drop_member_group(comms.popitem()[1])
+
+    def _new_member_group(self, store: dist.Store, rank: int, size: int):
+        if self.backend == "nccl":
+            options = dist.ProcessGroupNCCL.Options()
+            options._timeout = self.timeout
+            return dist.ProcessGroupNCCL(store, rank, size, options)
+        if "_gloo_device" not in self.__dict__:
+            self.__dict__["_gloo_device"] = dist.ProcessGroupGloo.create_default_device()
+        options = dist.ProcessGroupGloo._Options()
+        options._devices = [self.__dict__["_gloo_device"]]
+        options._timeout = self.timeout
+        options._threads = 1  # one collective at a time per group; threads add up over a cache
+        return dist.ProcessGroupGloo(store, rank, size, options)
+
+    def _drop_member_group(self, group) -> None:
+        if group is not None and self.backend == "nccl":
+            group.shutdown()  # NCCL communicators hold GPU memory until shut down
