@@ -8,10 +8,11 @@ from typing import Any
 import pandas as pd
 
 from hetbench.harness.config import SCHEMA_VERSION
-from hetbench.harness.store import read_json
+from hetbench.harness.store import read_json, read_jsonl
 
 CONFIG_COLUMNS = ("algorithm", "workload", "workers", "slowdown", "seed", "iterations",
-                  "seconds", "pace_ms", "matrix", "algorithm_options", "workload_options")
+                  "seconds", "pace_ms", "warmup_iterations", "eval_interval_s", "matrix",
+                  "algorithm_options", "workload_options")
 
 
 def run_dirs(path: Path) -> list[Path]:
@@ -57,3 +58,56 @@ def load_runs(path: str | Path) -> pd.DataFrame:
         return frame
     frame["workers"] = frame["workers"].astype(int)
     return frame
+
+
+RUN_KEYS = ["run_id", "algorithm", "workload", "workers", "slowdown", "seed"]
+EVAL_COLUMNS = ["kind", "wall_s", "iteration", "test_loss", "test_accuracy",
+                "consensus_distance"]
+
+
+def load_evals(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per evaluation (eval.jsonl) of every ok run in `runs`, with the run's keys.
+
+    Emulated-compute runs have no evaluations (they measure throughput only) and add no rows.
+    """
+    frames = []
+    if runs.empty:
+        return pd.DataFrame(columns=[*RUN_KEYS, *EVAL_COLUMNS])
+    for _, run in runs[runs["status"] == "ok"].iterrows():
+        records, _ = read_jsonl(Path(run["run_dir"]) / "eval.jsonl")
+        if not records:
+            continue
+        frame = pd.DataFrame(records).reindex(columns=EVAL_COLUMNS)
+        for key in RUN_KEYS:
+            frame[key] = run[key]
+        frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=[*RUN_KEYS, *EVAL_COLUMNS])
+    evals = pd.concat(frames, ignore_index=True)[[*RUN_KEYS, *EVAL_COLUMNS]]
+    for column in EVAL_COLUMNS[1:]:
+        evals[column] = pd.to_numeric(evals[column], errors="coerce")
+    return evals
+
+
+def load_events(run_dir: str | Path) -> pd.DataFrame:
+    """Every worker's per-iteration events of one run (events.rank<r>.jsonl), in rank order."""
+    run_dir = Path(run_dir)
+    frames = []
+    paths = sorted(run_dir.glob("events.rank*.jsonl"),
+                   key=lambda p: int(p.name.removeprefix("events.rank").split(".")[0]))
+    for path in paths:
+        records, _ = read_jsonl(path)
+        if records:
+            frames.append(pd.DataFrame(records))
+    if not frames:
+        return pd.DataFrame()
+    return pd.concat(frames, ignore_index=True)
+
+
+def load_env(run_dir: str | Path) -> dict[str, Any]:
+    """The run's env.json (versions, machine, git), or {} if it has none."""
+    path = Path(run_dir) / "env.json"
+    try:
+        return read_json(path)
+    except (OSError, ValueError):
+        return {}

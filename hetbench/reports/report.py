@@ -1,56 +1,203 @@
-"""`bench report DIR`: report.md and report.csv from the runs stored under DIR."""
+"""`bench report DIR`: markdown, CSV, PNG plots, a timeline and one HTML page from stored runs."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
+
 from hetbench.errors import UserError
-from hetbench.reports.load import load_runs
-from hetbench.reports.tables import throughput_table, to_markdown
+from hetbench.reports.html import Page
+from hetbench.reports.load import load_env, load_evals, load_runs
+from hetbench.reports.plots import convergence_plots
+from hetbench.reports.tables import (
+    prague_table,
+    throughput_table,
+    time_to_target_table,
+    to_markdown,
+)
+from hetbench.reports.targets import Target, resolve_targets
+from hetbench.reports.timeline import choose_run, timeline_plot
+
+#: Columns of report.csv (the first six are a stable interface; scripts read them).
+CSV_COLUMNS = ["algorithm", "workload", "workers", "slowdown", "throughput",
+               "throughput_vs_{baseline}", "throughput_std", "seeds", "final_test_accuracy",
+               "compute", "synthetic", "pace_ms"]
 
 
-def write_report(results_dir: Path, baseline: str = "allreduce") -> dict[str, Path]:
-    """Write the report files into `results_dir`; returns their paths by kind."""
+@dataclass
+class Report:
+    """Everything `bench report` computes from one results directory."""
+
+    results_dir: Path
+    baseline: str
+    runs: pd.DataFrame
+    evals: pd.DataFrame
+    throughput: pd.DataFrame
+    prague: dict[str, pd.DataFrame]
+    targets: dict[str, Target]
+    time_to_target: pd.DataFrame
+
+    @property
+    def failed(self) -> pd.DataFrame:
+        return self.runs[self.runs["status"] != "ok"]
+
+    def notes(self) -> list[str]:
+        """What a reader must know before trusting a number: pacing, synthetic, emulated."""
+        runs, notes = self.runs, []
+        if "synthetic" in runs and runs["synthetic"].fillna(False).astype(bool).any():
+            names = sorted(runs[runs["synthetic"].fillna(False).astype(bool)]["workload"].unique())
+            notes.append(f"Synthetic data (not the real data set) in: {', '.join(names)}.")
+        if "compute" in runs and (runs["compute"] == "emulated").any():
+            names = sorted(runs[runs["compute"] == "emulated"]["workload"].unique())
+            notes.append(f"Emulated compute in: {', '.join(names)} (a paced wait with real "
+                         "message sizes; throughput only, no convergence).")
+        paced = sorted({float(p) for p in runs.get("pace_ms", []) if p and p == p})
+        if paced:
+            notes.append(f"Pacing on: a floor of {', '.join(f'{p:g}' for p in paced)} ms on "
+                         "every iteration's compute, so workers sharing cores behave alike.")
+        for workload, target in sorted(self.targets.items()):
+            how = ("picked automatically: 90% of the lowest final accuracy of any run"
+                   if target.source == "auto" else f"from {target.source}")
+            notes.append(f"Target for {workload}: {target} ({how}).")
+        return notes
+
+
+def build_report(results_dir: Path, baseline: str = "allreduce",
+                 targets: dict[str, Target] | None = None) -> Report:
+    """Load the runs under `results_dir` and compute every table of the report."""
+    results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise UserError(f"results directory {results_dir} does not exist; run `bench run` first")
     runs = load_runs(results_dir)
     if runs.empty:
         raise UserError(f"no runs under {results_dir}; run `bench run --out {results_dir}` first")
+    evals = load_evals(runs)
+    resolved = resolve_targets(evals, targets or {})
     table = throughput_table(runs, baseline)
-    paths = {"csv": results_dir / "report.csv", "md": results_dir / "report.md"}
-    _write_atomic(paths["csv"], table.to_csv(index=False))
-    _write_atomic(paths["md"], _markdown(results_dir, runs, table, baseline))
+    return Report(results_dir, baseline, runs, evals, table, prague_table(table, baseline),
+                  resolved, time_to_target_table(runs, evals, resolved, baseline))
+
+
+def write_report(results_dir: Path, baseline: str = "allreduce",
+                 targets: dict[str, Target] | None = None,
+                 timeline_run: str | None = None) -> dict[str, Path]:
+    """Write every report file into `results_dir`; returns their paths by kind."""
+    report = build_report(results_dir, baseline, targets)
+    out = report.results_dir
+    paths: dict[str, Path] = {"csv": out / "report.csv"}
+    columns = [c.format(baseline=baseline) for c in CSV_COLUMNS]
+    _write_atomic(paths["csv"], report.throughput.reindex(columns=columns).to_csv(index=False))
+    paths["time_to_target_csv"] = out / "time_to_target.csv"
+    _write_atomic(paths["time_to_target_csv"], report.time_to_target.to_csv(index=False))
+    for i, path in enumerate(convergence_plots(report.evals, out, baseline, report.targets)):
+        paths[f"plot{i}"] = path
+    if (report.runs["status"] == "ok").any():
+        run = choose_run(report.runs, baseline, timeline_run)
+        warmup = run.get("warmup_iterations")
+        paths["timeline"] = timeline_plot(run["run_dir"], out / "timeline.png",
+                                          5 if pd.isna(warmup) else int(warmup))
+    images = [p for k, p in paths.items() if k.startswith("plot") or k == "timeline"]
+    paths["md"] = out / "report.md"
+    _write_atomic(paths["md"], markdown(report, images))
+    paths["html"] = out / "report.html"
+    _write_atomic(paths["html"], html_page(report, images).render())
     return paths
 
 
-def _markdown(results_dir: Path, runs, table, baseline: str) -> str:
-    failed = runs[runs["status"] != "ok"]
-    notes = []
-    if "synthetic" in runs and runs["synthetic"].fillna(False).astype(bool).any():
-        notes.append("- Some runs use **synthetic data** (marked in the `synthetic` column).")
-    if "compute" in runs and (runs["compute"] == "emulated").any():
-        notes.append("- Some runs use **emulated compute** (throughput only, no convergence).")
-    paced = sorted({p for p in runs.get("pace_ms", []) if p})
-    if paced:
-        notes.append(f"- Pacing on: compute floor of {', '.join(f'{p:g}' for p in paced)} ms "
-                     "per iteration.")
+def markdown(report: Report, images: list[Path]) -> str:
+    """report.md: the tables, and links to the PNGs beside it."""
+    baseline, runs = report.baseline, report.runs
     parts = [
-        f"# hetbench report: {results_dir}",
+        f"# hetbench report: {report.results_dir}",
         "",
-        f"{len(runs)} runs, {len(runs) - len(failed)} ok, {len(failed)} not ok. Throughput is "
-        "samples/s of all workers in the steady-state window (after warm-up, while every worker "
-        f"runs), mean over seeds; `throughput_vs_{baseline}` divides by {baseline} in the same "
-        "workload/workers/slowdown.",
-        *(["", *notes] if notes else []),
-        "",
-        "## Throughput",
-        "",
-        to_markdown(table),
+        f"{len(runs)} runs, {len(runs) - len(report.failed)} ok, {len(report.failed)} not ok. "
+        + THROUGHPUT_TEXT.format(baseline=baseline),
     ]
-    if not failed.empty:
+    notes = report.notes()
+    if notes:
+        parts += ["", *(f"- {n}" for n in notes)]
+    parts += ["", "## Throughput normalised to " + baseline, "", PRAGUE_TEXT.format(
+        baseline=baseline)]
+    for slowdown, block in report.prague.items():
+        parts += ["", f"### slowdown: {slowdown}", "", to_markdown(block)]
+    parts += ["", "## Throughput (samples/s)", "", to_markdown(report.throughput)]
+    parts += ["", "## Time to target", "", TTT_TEXT.format(baseline=baseline), ""]
+    parts.append(to_markdown(report.time_to_target) if not report.time_to_target.empty
+                 else "No run has evaluations (emulated compute measures throughput only).")
+    if images:
+        parts += ["", "## Plots", ""]
+        parts += [f"![{p.stem}]({p.name})" for p in images]
+    if not report.failed.empty:
         parts += ["", "## Runs not ok", "",
-                  to_markdown(failed[["run_id", "status", "cause"]].fillna(""))]
+                  to_markdown(report.failed[["run_id", "status", "cause"]].fillna(""))]
+    parts += ["", "## Run metadata", "", to_markdown(metadata(runs))]
     return "\n".join(parts) + "\n"
+
+
+def html_page(report: Report, images: list[Path]) -> Page:
+    """report.html: the same content as report.md with the images embedded."""
+    page = Page(f"hetbench report: {report.results_dir.name}")
+    runs, baseline = report.runs, report.baseline
+    page.paragraph(f"{len(runs)} runs, {len(runs) - len(report.failed)} ok, "
+                   f"{len(report.failed)} not ok. " + THROUGHPUT_TEXT.format(baseline=baseline))
+    page.bullets(report.notes())
+    page.heading(f"Throughput normalised to {baseline}")
+    page.paragraph(PRAGUE_TEXT.format(baseline=baseline), "note")
+    for slowdown, block in report.prague.items():
+        page.table(block, f"slowdown: {slowdown}")
+    page.heading("Throughput (samples/s)")
+    page.table(report.throughput)
+    page.heading("Time to target")
+    page.paragraph(TTT_TEXT.format(baseline=baseline), "note")
+    if report.time_to_target.empty:
+        page.paragraph("No run has evaluations (emulated compute measures throughput only).")
+    else:
+        page.table(report.time_to_target)
+    if images:
+        page.heading("Plots")
+        for path in images:
+            page.image(path, path.stem)
+    if not report.failed.empty:
+        page.heading("Runs not ok")
+        page.table(report.failed[["run_id", "status", "cause"]].fillna(""))
+    page.heading("Run metadata")
+    page.table(metadata(runs))
+    return page
+
+
+THROUGHPUT_TEXT = (
+    "Throughput is samples/s of all workers in the steady-state window (after warm-up, while "
+    "every worker runs), mean over seeds; `throughput_vs_{baseline}` divides by {baseline} in "
+    "the same workload/workers/slowdown.")
+PRAGUE_TEXT = (
+    "Laid out like the Prague slides: rows workloads, columns algorithms, a block per slowdown. "
+    "Every value is divided by {baseline} with no slowdown in the same workload and worker "
+    "count, so a slowdown block shows what each algorithm loses (where no run without slowdown "
+    "exists, by {baseline} under the same slowdown).")
+TTT_TEXT = (
+    "Wall seconds (and iterations) until the averaged model first meets the target at an "
+    "evaluation point (resolution: the runs' eval_interval_s), mean over the seeds that reached "
+    "it; speedup_vs_{baseline} = {baseline}'s time / this time (> 1 is faster).")
+
+
+def metadata(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per run: status, how it was measured (pacing, synthetic, emulated) and where (env.json)."""
+    rows = []
+    for _, run in runs.iterrows():
+        env = load_env(run["run_dir"])
+        sha = env.get("git_sha") or ""
+        rows.append({
+            "run_id": run["run_id"], "status": run["status"],
+            "compute": run.get("compute", ""), "synthetic": run.get("synthetic", ""),
+            "pace_ms": run.get("pace_ms", ""),
+            "git": f"{sha[:10]}{' (dirty)' if env.get('git_dirty') else ''}",
+            "python": env.get("python", ""), "torch": env.get("torch", ""),
+            "host": env.get("hostname", ""), "cpus": env.get("cpu_count", ""),
+            "gpu": env.get("gpu") or "none", "platform": env.get("platform", ""),
+        })
+    return pd.DataFrame(rows)
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -1,8 +1,12 @@
-"""Throughput tables: per (algorithm, workload, workers, slowdown), normalised to All-Reduce."""
+"""Tables: throughput normalised to All-Reduce (flat and Prague-slides layout), time to target."""
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
+
+from hetbench.reports.targets import Target, time_to_target
 
 KEYS = ["algorithm", "workload", "workers", "slowdown"]
 CELL = ["workload", "workers", "slowdown"]
@@ -30,7 +34,101 @@ def throughput_table(runs: pd.DataFrame, baseline: str = "allreduce") -> pd.Data
     return table
 
 
-def to_markdown(table: pd.DataFrame, floatfmt: str = ".3g") -> str:
+#: Column order of the algorithms in tables and plot legends; others follow alphabetically.
+ALGORITHM_ORDER = ["allreduce", "ps-sync", "ps-async", "dpsgd", "adpsgd", "hop",
+                   "prague-static", "prague-smart", "prague-random"]
+
+
+def order_algorithms(names, baseline: str = "allreduce") -> list[str]:
+    """The baseline first, then the built-ins in the papers' order, then plugins by name."""
+    names = set(names)
+    rank = {name: i for i, name in enumerate(ALGORITHM_ORDER)}
+    rest = sorted(names - {baseline}, key=lambda n: (rank.get(n, len(rank)), n))
+    return ([baseline] if baseline in names else []) + rest
+
+
+def prague_table(table: pd.DataFrame, baseline: str = "allreduce",
+                 reference_slowdown: str = "none") -> dict[str, pd.DataFrame]:
+    """Throughput per slowdown block, rows workloads, columns algorithms (the Prague slides).
+
+    Each value is throughput / the baseline's throughput in the same workload and worker count
+    under `reference_slowdown` (as the slides do, so a slowdown block shows what every algorithm,
+    the baseline included, loses); where that cell was not run, under the block's own slowdown.
+    """
+    blocks: dict[str, pd.DataFrame] = {}
+    if table.empty:
+        return blocks
+    table = table.copy()
+    one_size = table["workers"].nunique() == 1
+    table["row"] = (table["workload"] if one_size
+                    else table["workload"] + " (" + table["workers"].astype(str) + " workers)")
+    base = table[table["algorithm"] == baseline].set_index(["workload", "workers", "slowdown"])
+    base = base["throughput"]
+
+    def reference(row) -> float:
+        for slowdown in (reference_slowdown, row["slowdown"]):
+            key = (row["workload"], row["workers"], slowdown)
+            if key in base.index:
+                return float(base[key])
+        return math.nan
+
+    table["value"] = table["throughput"] / table.apply(reference, axis=1)
+    columns = order_algorithms(table["algorithm"], baseline)
+    slowdowns = sorted(table["slowdown"].unique(), key=lambda s: (s != reference_slowdown, s))
+    for slowdown in slowdowns:
+        block = table[table["slowdown"] == slowdown].pivot_table(
+            index="row", columns="algorithm", values="value", aggfunc="first")
+        block = block.reindex(columns=[c for c in columns if c in block.columns])
+        block.index.name = "workload"
+        block.columns.name = None
+        blocks[slowdown] = block.reset_index()
+    return blocks
+
+
+def time_to_target_table(runs: pd.DataFrame, evals: pd.DataFrame, targets: dict[str, Target],
+                         baseline: str = "allreduce") -> pd.DataFrame:
+    """Seconds and iterations to each workload's target, mean over seeds, and speedup vs baseline.
+
+    Speedup = the baseline's mean time / this algorithm's mean time in the same cell, so > 1 means
+    faster to the target. Runs that never reach it count in `seeds` but not in `reached`.
+    """
+    columns = [*KEYS, "target", "seeds", "reached", "time_to_target_s", "time_to_target_std",
+               "iterations_to_target", f"speedup_vs_{baseline}"]
+    rows = []
+    for run_id, run_evals in evals.groupby("run_id", sort=False):
+        workload = run_evals["workload"].iloc[0]
+        target = targets.get(workload)
+        if target is None:
+            continue
+        seconds, iteration = time_to_target(run_evals, target)
+        rows.append({**{k: run_evals[k].iloc[0] for k in KEYS}, "run_id": run_id,
+                     "target": str(target), "seconds": seconds, "iteration": iteration})
+    if not rows:
+        return pd.DataFrame(columns=columns)
+    per_run = pd.DataFrame(rows)
+    table = (per_run.groupby([*KEYS, "target"], sort=True)
+             .agg(seeds=("run_id", "count"), reached=("seconds", "count"),
+                  time_to_target_s=("seconds", "mean"), time_to_target_std=("seconds", "std"),
+                  iterations_to_target=("iteration", "mean"))
+             .reset_index())
+    table["time_to_target_std"] = table["time_to_target_std"].fillna(0.0)
+    base = (table[table["algorithm"] == baseline][[*CELL, "time_to_target_s"]]
+            .rename(columns={"time_to_target_s": "_base"}))
+    table = table.merge(base, on=CELL, how="left")
+    table[f"speedup_vs_{baseline}"] = table["_base"] / table["time_to_target_s"]
+    return table.drop(columns="_base")[columns]
+
+
+def format_number(value: float) -> str:
+    """3 significant digits, without exponents for the rates and times a report shows."""
+    if pd.isna(value):
+        return ""
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return format(value, ".3g")
+
+
+def to_markdown(table: pd.DataFrame, floatfmt: str | None = None) -> str:
     """A GitHub-flavoured markdown table (no tabulate dependency)."""
     columns = list(table.columns)
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
@@ -39,7 +137,8 @@ def to_markdown(table: pd.DataFrame, floatfmt: str = ".3g") -> str:
         for column in columns:
             value = row[column]
             if isinstance(value, float):
-                cells.append("" if pd.isna(value) else format(value, floatfmt))
+                cells.append(format_number(value) if floatfmt is None
+                             else "" if pd.isna(value) else format(value, floatfmt))
             else:
                 cells.append(str(value))
         lines.append("| " + " | ".join(cells) + " |")

@@ -1,0 +1,79 @@
+"""Per-worker timeline (Gantt-style PNG) of one run: compute, slowdown, communication, waiting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from hetbench.errors import UserError
+from hetbench.harness.metrics import throughput_window
+from hetbench.reports.load import load_events
+from hetbench.reports.plots import new_figure
+
+#: Drawn in this order inside each iteration: the harness times the phases in this order, except
+#: that it cannot tell where inside a step the waiting fell, so waiting is drawn before comm.
+PHASES = [("compute_s", "compute", "#4c72b0"), ("slowdown_s", "injected slowdown", "#c44e52"),
+          ("wait_s", "waiting for peers", "#dd8452"), ("comm_s", "communication", "#55a868")]
+
+
+def choose_run(runs: pd.DataFrame, baseline: str = "allreduce",
+               wanted: str | None = None) -> pd.Series:
+    """The run to draw: `wanted` (a run id or a unique prefix), else the straggler showcase.
+
+    The default is the baseline's ok run with the most injected slowdown (everyone waits for the
+    straggler there), else any ok run with the most slowdown.
+    """
+    ok = runs[runs["status"] == "ok"]
+    if wanted:
+        match = runs[runs["run_id"].str.startswith(wanted)]
+        if len(match) != 1:
+            raise UserError(f"--timeline {wanted!r} matches {len(match)} runs; give one run id "
+                            "(a directory name under the results directory)")
+        return match.iloc[0]
+    if ok.empty:
+        raise UserError("no ok run to draw a timeline for; see report.md for why runs failed")
+    pool = ok[ok["algorithm"] == baseline]
+    pool = pool if not pool.empty else ok
+    slow = pool["slowdown_s"] if "slowdown_s" in pool else pd.Series(0.0, index=pool.index)
+    return pool.loc[slow.fillna(0.0).idxmax()]
+
+
+def timeline_plot(run_dir: str | Path, path: Path, warmup_iterations: int = 5,
+                  iterations: int = 20) -> Path:
+    """Draw about `iterations` typical iterations of the steady state, a row per worker."""
+    events = load_events(run_dir)
+    if events.empty:
+        raise UserError(f"run {Path(run_dir).name} has no events to draw; pick another run")
+    by_rank = {int(r): g.sort_values("iteration").to_dict("records")
+               for r, g in events.groupby("rank")}
+    window = throughput_window(by_rank, warmup_iterations)
+    t0 = window[0] if window else int(events["t_start"].min())
+    # A fixed span in typical iterations keeps single bars readable at any speed.
+    span = iterations * float((events["t_end"] - events["t_start"]).median())
+    t1 = min(window[1] if window else int(events["t_end"].max()), t0 + int(span))
+    ranks = sorted(by_rank)
+    fig = new_figure(10, 0.45 * len(ranks) + 1.6)
+    ax = fig.subplots()
+    for column, label, color in PHASES:
+        for rank in ranks:
+            bars = []
+            for e in by_rank[rank]:
+                if e["t_end"] < t0 or e["t_start"] > t1:
+                    continue
+                start = (e["t_start"] - t0) / 1e9
+                for phase, _, _ in PHASES:
+                    length = max(float(e.get(phase, 0.0) or 0.0), 0.0)
+                    if phase == column and length > 0:
+                        bars.append((start, length))
+                    start += length
+            ax.broken_barh(bars, (rank - 0.4, 0.8), facecolors=color, linewidth=0)
+        ax.bar(0, 0, color=color, label=label)  # legend entry
+    ax.set_xlim(0, (t1 - t0) / 1e9)
+    ax.set_yticks(ranks, [f"worker {r}" for r in ranks])
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the end of warm-up")
+    ax.set_title(f"timeline: {Path(run_dir).name}", fontsize=9)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False, fontsize=8)
+    fig.savefig(path)
+    return path
