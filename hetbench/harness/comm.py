@@ -8,6 +8,7 @@ a dead peer turns into an exception instead of a hang.
 from __future__ import annotations
 
 import datetime
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -147,6 +148,8 @@ class Comm:
     preduce_cache_size: int = 16
     preduce_cache_hits: int = 0
     preduce_cache_misses: int = 0
+    #: Seconds spent in member_group waiting for the other members to arrive (all uses).
+    preduce_wait_s: float = 0.0
 
     def _preduce_state(self) -> tuple[OrderedDict, dict]:
         if "_preduce_comms" not in self.__dict__:
@@ -173,6 +176,7 @@ class Comm:
         uses[key] = use + 1
         held = key in comms
         weight = self.world_size + 1  # > any member count, so one counter holds both tallies
+        arrival = time.perf_counter()
         tally = self.store.add(f"{base}/u{use}", 1 if held else 1 + weight)
         if tally % weight == k:
             missing = tally // weight
@@ -184,6 +188,7 @@ class Comm:
                 self.store.delete_key(f"{base}/u{use - 1}/verdict")
         else:
             missing = int(self.store.get(f"{base}/u{use}/verdict"))
+        self.preduce_wait_s += time.perf_counter() - arrival
         if missing == 0:
             self.preduce_cache_hits += 1
             comms.move_to_end(key)

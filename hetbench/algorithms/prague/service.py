@@ -1,0 +1,159 @@
+"""The Group Generator as a gRPC service: a thin layer over generator.GroupGenerator.
+
+`gg_server(...)` (a context manager, used by the algorithms' services()) starts
+`python -m hetbench.algorithms.prague.service` in its own process on 127.0.0.1 with a free port
+and stops it afterwards; `GroupClient` is what a worker holds. Bad requests (a worker out of
+range, bytes that do not parse) get a gRPC error status and the server goes on serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from hetbench.algorithms.prague import group_generator_pb2 as pb
+from hetbench.algorithms.prague import group_generator_pb2_grpc as pb_grpc
+from hetbench.algorithms.prague.generator import GroupGenerator
+
+#: How long the launcher waits for the server to say its port.
+START_TIMEOUT_S = 30.0
+
+
+class GroupGeneratorServicer(pb_grpc.GroupGeneratorServicer):
+    """Serialises requests into one GroupGenerator; its errors become INVALID_ARGUMENT."""
+
+    def __init__(self, generator: GroupGenerator):
+        self.generator = generator
+        self._lock = threading.Lock()
+
+    def GetGroup(self, request, context):
+        try:
+            with self._lock:
+                group = self.generator.request(request.worker)
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if group is None:
+            return pb.GroupReply(finished=True)
+        return pb.GroupReply(members=group.members, group_id=group.id)
+
+    def Done(self, request, context):
+        try:
+            with self._lock:
+                pending = self.generator.finish(request.worker)
+        except ValueError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return pb.DoneReply(pending=pending)
+
+
+def start_server(generator: GroupGenerator, host: str = "127.0.0.1",
+                 port: int = 0) -> tuple[grpc.Server, int]:
+    """A started gRPC server over `generator` (in this process) and the port it bound."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=max(8, generator.workers + 2)))
+    pb_grpc.add_GroupGeneratorServicer_to_server(GroupGeneratorServicer(generator), server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise RuntimeError(f"group generator: cannot bind {host}:{port}")
+    server.start()
+    return server, bound
+
+
+class GroupClient:
+    """A worker's connection to the Group Generator."""
+
+    def __init__(self, address: str, timeout_s: float):
+        self._channel = grpc.insecure_channel(address)
+        self._stub = pb_grpc.GroupGeneratorStub(self._channel)
+        self.timeout_s = timeout_s
+
+    def group(self, worker: int) -> pb.GroupReply:
+        """The worker's next group (reply.finished once it is done and drained)."""
+        return self._stub.GetGroup(pb.GroupRequest(worker=worker), timeout=self.timeout_s,
+                                   wait_for_ready=True)
+
+    def done(self, worker: int) -> int:
+        """Tell the generator the worker's budget is spent; returns its queued groups."""
+        reply = self._stub.Done(pb.DoneRequest(worker=worker), timeout=self.timeout_s,
+                                wait_for_ready=True)
+        return reply.pending
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+@contextlib.contextmanager
+def gg_server(spec: dict[str, Any], log_path: Path | None = None) -> Iterator[str]:
+    """Run the Group Generator in its own process for the duration; yields its address.
+
+    `spec` holds GroupGenerator's arguments (workers, group_size, delta_c, group_division,
+    group_buffer, seed). The server's stderr goes to `log_path` when given.
+    """
+    log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hetbench.algorithms.prague.service", json.dumps(spec)],
+        stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+    try:
+        port = _read_port(proc)
+        yield f"127.0.0.1:{port}"
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        proc.stdout.close()
+        if log_path:
+            log.close()
+
+
+def _read_port(proc: subprocess.Popen) -> int:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    line = b""
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or proc.poll() is not None:
+            raise RuntimeError(
+                f"group generator did not start (exit code {proc.poll()}); see gg.log")
+        ready, _, _ = select.select([proc.stdout], [], [], left)
+        if ready:
+            chunk = os.read(proc.stdout.fileno(), 64)
+            if not chunk:
+                continue
+            line += chunk
+    return int(line.split()[-1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Prague's Group Generator (started by a run)")
+    parser.add_argument("spec", help="JSON of GroupGenerator's arguments")
+    args = parser.parse_args(argv)
+    spec = json.loads(args.spec)
+    generator = GroupGenerator(spec.pop("workers"), spec.pop("group_size"), **spec)
+    server, port = start_server(generator)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print(f"port {port}", flush=True)  # the launcher reads this line
+    while not stop.wait(0.5):  # a timed wait, so the SIGTERM handler gets to run
+        pass
+    server.stop(grace=1).wait()
+    print(f"groups generated: {generator.generated}; requests: {generator.counts}",
+          file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main()

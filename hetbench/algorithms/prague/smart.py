@@ -1,0 +1,85 @@
+"""prague-smart: groups from the smart Group Generator, a gRPC service in its own process.
+
+Random groups of `group_size`, Group Division, Group Buffer and the threshold rule (generator.py).
+finish() tells the generator the worker is done, then drains the groups already queued for it,
+so no peer is left waiting in a group with a worker that has stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from hetbench.algorithms.prague.common import PragueBase, PragueOptions
+from hetbench.errors import UserError
+from hetbench.harness.options import opt
+from hetbench.harness.store import read_json
+
+
+@dataclass(frozen=True, kw_only=True)
+class PragueSmartOptions(PragueOptions):
+    group_size: int = opt(4, "workers per generated group")
+    delta_c: int = opt(4, "threshold rule: w joins requester i's group only if c_w > c_i - delta_c")
+    group_division: bool = opt(True, "one request partitions all eligible workers into groups")
+    group_buffer: bool = opt(True, "queue groups for busy workers (else only idle ones join)")
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.group_size < 2:
+            raise ValueError(f"group_size must be >= 2, got {self.group_size}")
+        if self.delta_c < 1:
+            raise ValueError(f"delta_c must be >= 1, got {self.delta_c}")
+
+
+class _GeneratedGroups(PragueBase):
+    """Groups asked of a Group Generator server that the run's services() started."""
+
+    @classmethod
+    def generator_spec(cls, config, workers: int) -> dict:
+        raise NotImplementedError
+
+    @classmethod
+    def validate(cls, config, workers):
+        if config.group_size > workers:
+            raise UserError(f"algorithm {cls.name}: group_size ({config.group_size}) must be "
+                            f"<= workers ({workers})")
+
+    @classmethod
+    @contextlib.contextmanager
+    def services(cls, config, workers, run_dir: Path):
+        from hetbench.algorithms.prague.service import gg_server
+
+        config_file = run_dir / "config.json"
+        seed = read_json(config_file)["seed"] if config_file.exists() else 0
+        spec = {**cls.generator_spec(config, workers), "workers": workers, "seed": seed}
+        with gg_server(spec, log_path=run_dir / "gg.log") as address:
+            yield {"gg_address": address}
+
+    def setup(self, ctx, model, optimizer):
+        from hetbench.algorithms.prague.service import GroupClient
+
+        super().setup(ctx, model, optimizer)
+        self._client = GroupClient(ctx.services["gg_address"], ctx.comm.timeout.total_seconds())
+
+    def next_group(self, ctx):
+        reply = self._client.group(ctx.rank)
+        return tuple(reply.members), {"group_id": reply.group_id}
+
+    def finish(self, ctx, model):
+        self._client.done(ctx.rank)
+        while not (reply := self._client.group(ctx.rank)).finished:
+            self.p_reduce(ctx, tuple(reply.members))
+        self._client.close()
+
+
+class PragueSmart(_GeneratedGroups):
+    name = "prague-smart"
+    description = ("Prague, smart GG (gRPC): random conflict-free groups, Group Division/Buffer, "
+                   "stragglers left out by the threshold rule")
+    Config = PragueSmartOptions
+
+    @classmethod
+    def generator_spec(cls, config, workers):
+        return {"group_size": config.group_size, "delta_c": config.delta_c,
+                "group_division": config.group_division, "group_buffer": config.group_buffer}
