@@ -1,0 +1,150 @@
+"""AD-PSGD: asynchronous decentralized SGD over a bipartite graph (Lian et al., ICML 2018).
+
+Workers are split into active (even ranks) and passive (odd ranks), and only edges between the
+two sets are used. After computing its gradient g on x_a, an active worker picks a random passive
+neighbour p; both models become (x_a + x_p) / 2 at once, then the active worker applies g:
+x_a <- (x_a + x_p) / 2 - lr * g. Passive workers train on their own and serve averaging requests
+from a thread on a process group of its own, so serving never waits for their computation, and
+actives never serve, so no cycle of waits can form.
+
+Atomicity without stopping the passive's computation: the serving thread never writes the
+passive's parameters (autograd would see a weight change between forward and backward). It keeps
+the passive's current model, the average, in `_current`; the passive's main thread installs it
+before its next optimizer step, under the same lock. The sum of all models is therefore kept
+exactly by every averaging (up to float rounding), and nothing is lost at the end: finish()
+installs the last one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from hetbench.algorithms import topologies
+from hetbench.algorithms.base import Algorithm, StepInfo
+from hetbench.errors import UserError
+from hetbench.harness.options import opt
+from hetbench.harness.tensors import flat_params, set_flat_params
+
+REQUEST_TAG, REPLY_TAG = 51, 52
+#: First element of a request: average with this model, or this active worker is done.
+AVERAGE, DONE = 0.0, 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ADPSGDOptions:
+    topology: Literal["ring", "double-ring", "torus", "exponential", "complete"] = opt(
+        "ring", "base graph; only its edges between an active and a passive worker are used")
+
+
+def pair_graph(config: ADPSGDOptions, workers: int) -> topologies.Graph:
+    """The bipartite graph AD-PSGD averages over, or a UserError if it cannot work."""
+    try:
+        graph = topologies.bipartite(topologies.build(config.topology, workers))
+    except ValueError as exc:
+        raise UserError(f"algorithm adpsgd: {exc}") from None
+    if not topologies.is_connected(graph):
+        raise UserError(
+            f"algorithm adpsgd: topology {config.topology} with {workers} workers has no "
+            f"connected active/passive split (even ranks active, odd passive); use ring")
+    return graph
+
+
+class ADPSGD(Algorithm):
+    name = "adpsgd"
+    description = "AD-PSGD: active workers average with a random passive neighbour, asynchronously"
+    Config = ADPSGDOptions
+    synchronous = False
+
+    @classmethod
+    def validate(cls, config, workers):
+        pair_graph(config, workers)
+
+    def setup(self, ctx, model, optimizer):
+        active, _ = topologies.bipartite_split(ctx.workers)
+        self.active = ctx.rank in active
+        self.neighbours = pair_graph(self.config, ctx.workers)[ctx.rank]
+        self._comm = ctx.comm
+        self._channel = ctx.comm.channel("adpsgd")
+        self._timeout_s = ctx.comm.timeout.total_seconds()
+        n = flat_params(model).numel()
+        self._request = torch.zeros(1 + n, device=ctx.device)
+        self._reply = torch.empty(n, device=ctx.device)
+        self._lock = threading.Lock()
+        self._current: torch.Tensor | None = None
+        self._served = 0
+        self._error: BaseException | None = None
+        self._server: threading.Thread | None = None
+        if not self.active:
+            self._server = threading.Thread(target=self._serve, args=(model,),
+                                            name="adpsgd-server", daemon=True)
+            self._server.start()
+
+    # -- passive workers: the serving thread -------------------------------------------------
+    def _serve(self, model) -> None:
+        remaining = len(self.neighbours)  # active neighbours that have not said DONE
+        request = torch.empty_like(self._request)
+        try:
+            while remaining:
+                src = self._comm.recv_on(self._channel, request, src=None, tag=REQUEST_TAG)
+                if request[0].item() == DONE:
+                    remaining -= 1
+                    continue
+                with self._lock, torch.no_grad():
+                    mine = self._current if self._current is not None else flat_params(model)
+                    average = (mine + request[1:]) / 2
+                    self._current = average
+                    self._served += 1
+                self._comm.send_on(self._channel, average, dst=src, tag=REPLY_TAG)
+        except BaseException as exc:  # handed to the main thread, which raises it
+            self._error = exc
+
+    def _install(self, model) -> None:
+        """Make the serving thread's latest average the model (caller holds the lock)."""
+        if self._current is not None:
+            set_flat_params(model, self._current)
+            self._current = None
+
+    # -- the main thread ---------------------------------------------------------------------
+    @torch.no_grad()
+    def step(self, ctx, model, optimizer):
+        if self._error is not None:
+            raise RuntimeError(f"adpsgd server failed: {self._error!r}") from self._error
+        if not self.active:
+            start = time.perf_counter()
+            with self._lock:
+                wait_s = time.perf_counter() - start
+                self._install(model)
+                optimizer.step()
+                served, self._served = self._served, 0
+            return StepInfo(wait_s=wait_s, fields={"served": served})
+        peer = int(self.neighbours[ctx.rng.integers(len(self.neighbours))])
+        self._request[0] = AVERAGE
+        self._request[1:] = flat_params(model)
+        start = time.perf_counter()
+        self._comm.send_on(self._channel, self._request, dst=peer, tag=REQUEST_TAG)
+        self._comm.recv_on(self._channel, self._reply, src=peer, tag=REPLY_TAG)
+        wait_s = time.perf_counter() - start
+        set_flat_params(model, self._reply)
+        optimizer.step()  # the gradient was computed on the model before the average
+        return StepInfo(wait_s=wait_s, fields={"peer": peer})
+
+    def finish(self, ctx, model):
+        if self.active:
+            self._request.zero_()
+            self._request[0] = DONE
+            for peer in self.neighbours:
+                self._comm.send_on(self._channel, self._request, dst=peer, tag=REQUEST_TAG)
+            return
+        # Passive: keep serving until every active neighbour is done, then keep the last average.
+        self._server.join(timeout=2 * self._timeout_s)
+        if self._error is not None:
+            raise RuntimeError(f"adpsgd server failed: {self._error!r}") from self._error
+        if self._server.is_alive():
+            raise TimeoutError("adpsgd: an active neighbour never said it was done")
+        with self._lock:
+            self._install(model)

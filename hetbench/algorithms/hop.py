@@ -1,0 +1,254 @@
+"""Hop: heterogeneity-aware decentralized training (Luo et al., ASPLOS 2019).
+
+D-PSGD's update (x_i <- sum_j W_ij x_j - lr g_i) with queue-based synchronization instead of
+lock step. Every message between neighbours is one tensor, a small header then a model:
+
+    [kind, lo, hi, entered, x...]
+
+kind UPDATE: x is the sender's model of iteration lo = hi. kind SKIP: the sender jumped its
+counter; x (its model after the jump) stands in for each iteration lo..hi it skipped. kind DONE:
+the sender finished; it sends nothing more. `entered` is the iteration the sender has reached.
+
+A receiver thread per worker turns incoming messages into an update queue per in-edge (and
+the newest `entered` of each neighbour); the main thread only reads those queues:
+
+- update queues: at iteration k a worker uses, from each neighbour, the newest queued model that
+  stands for an iteration in [k - staleness, k], and waits until it has such a model from all but
+  `backup_workers` of its neighbours; models arriving later are dropped unused (a neighbour with
+  no usable model leaves its mixing weight to the worker itself). Models of later iterations stay
+  queued for later.
+- token queues: the right to start iteration k costs one token per neighbour j, and j returns
+  one each iteration it enters; with `max_iteration_gap` tokens seeded per edge that is "start k
+  only once every neighbour has entered k - max_iteration_gap", which is how it is implemented:
+  from the `entered` each message carries. No worker is ever more than that many iterations ahead
+  of a neighbour, so queues stay short.
+- skipping: a worker that finds a neighbour more than `skip_threshold` iterations ahead jumps its
+  counter forward (never more than the gap bound allows), adopts the mix of its neighbours' newest
+  models, and sends a SKIP message that returns the tokens it owed and covers the iterations it
+  skipped for neighbours that wait on it.
+
+Termination: a finished worker sends DONE to its neighbours, which from then on neither wait for
+its updates nor for its tokens; a receiver thread ends after a DONE from every neighbour, so every
+message sent has been received and no sender is left blocked. Hop with backup_workers = 0,
+staleness = 0 and skip off uses exactly D-PSGD's models in D-PSGD's order: the same numbers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+
+from hetbench.algorithms import topologies
+from hetbench.algorithms.base import Algorithm, StepInfo
+from hetbench.algorithms.dpsgd import GossipOptions, gossip_graph, mix
+from hetbench.errors import UserError
+from hetbench.harness.options import opt
+from hetbench.harness.tensors import flat_params, set_flat_params
+
+UPDATE, SKIP, DONE = 0, 1, 2
+#: Header length: kind, lo, hi, entered. Iterations ride in the model's dtype (float32 holds
+#: integers exactly up to 2**24, far beyond any run's iteration count).
+HEADER = 4
+TAG = 41
+
+
+@dataclass(frozen=True, kw_only=True)
+class HopOptions(GossipOptions):
+    backup_workers: int = opt(0, "neighbour updates not waited for each iteration (b)")
+    staleness: int = opt(0, "accept a neighbour's newest update from iteration >= k - staleness")
+    max_iteration_gap: int = opt(4, "tokens per edge: most iterations ahead of any neighbour")
+    skip: bool = opt(False, "a worker far behind its neighbours jumps its iteration forward")
+    skip_threshold: int = opt(2, "skip when a neighbour is more than this many iterations ahead")
+
+    def __post_init__(self):
+        for name in ("backup_workers", "staleness"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.max_iteration_gap < 1:
+            raise ValueError(f"max_iteration_gap must be >= 1, got {self.max_iteration_gap}")
+        if self.skip and not 0 <= self.skip_threshold < self.max_iteration_gap:
+            # A neighbour is never more than max_iteration_gap ahead, so a larger threshold
+            # would never fire.
+            raise ValueError(f"skip_threshold must be in [0, max_iteration_gap = "
+                             f"{self.max_iteration_gap}), got {self.skip_threshold}")
+
+
+@dataclass
+class _Entry:
+    """A queued model from one neighbour, standing for its iterations lo..hi."""
+
+    lo: int
+    hi: int
+    model: torch.Tensor
+
+
+class Hop(Algorithm):
+    name = "hop"
+    description = ("Hop: decentralized, queue-based sync with backup workers, bounded staleness "
+                   "and iteration skipping")
+    Config = HopOptions
+    synchronous = False
+
+    @classmethod
+    def validate(cls, config, workers):
+        graph = gossip_graph(config, workers)
+        degree = min(topologies.degrees(graph))
+        if config.backup_workers >= degree:
+            raise UserError(
+                f"algorithm hop: backup_workers ({config.backup_workers}) must be below the "
+                f"in-degree ({degree}) of topology {config.topology} with {workers} workers")
+
+    def setup(self, ctx, model, optimizer):
+        graph = gossip_graph(self.config, ctx.workers)
+        self.neighbours = graph[ctx.rank]
+        self.weights = topologies.mixing_weights(graph, self.config.weights)[ctx.rank]
+        self.iteration = 0
+        self._timeout_s = ctx.comm.timeout.total_seconds()
+        self._numel = flat_params(model).numel()
+        self._dtype = flat_params(model).dtype
+        self._comm = ctx.comm
+        self._channel = ctx.comm.channel("hop")
+        self._cond = threading.Condition()
+        self._queues: dict[int, deque[_Entry]] = {j: deque() for j in self.neighbours}
+        # Everyone starts at iteration 0 at the common start.
+        self._entered = dict.fromkeys(self.neighbours, 0)
+        self._done: set[int] = set()
+        self._finished = False
+        self._error: BaseException | None = None
+        self._sends: list = []
+        self._receiver = threading.Thread(target=self._receive, name="hop-receiver", daemon=True)
+        self._receiver.start()
+
+    # -- the receiver thread -----------------------------------------------------------------
+    def _receive(self) -> None:
+        try:
+            while len(self._done) < len(self.neighbours):
+                message = torch.empty(HEADER + self._numel, dtype=self._dtype,
+                                      device=self._comm.device)
+                src = self._comm.recv_on(self._channel, message, src=None, tag=TAG)
+                kind, lo, hi, entered = (int(v) for v in message[:HEADER].tolist())
+                with self._cond:
+                    if kind == DONE:
+                        self._done.add(src)
+                    else:
+                        self._entered[src] = max(self._entered[src], entered)
+                        if not self._finished:  # after finish() nobody reads the queues
+                            self._queues[src].append(_Entry(lo, hi, message[HEADER:]))
+                    self._cond.notify_all()
+        except BaseException as exc:  # handed to the main thread, which raises it
+            with self._cond:
+                self._error = exc
+                self._cond.notify_all()
+
+    # -- the main thread ---------------------------------------------------------------------
+    def _send(self, kind: int, lo: int, hi: int, entered: int, model: torch.Tensor) -> None:
+        message = torch.empty(HEADER + self._numel, dtype=self._dtype, device=model.device)
+        message[:HEADER] = torch.tensor([kind, lo, hi, entered], dtype=self._dtype)
+        message[HEADER:] = model
+        # Non-blocking: a blocking send of a big tensor could wait on a neighbour that is itself
+        # waiting on us. The message is kept alive until its send completes.
+        self._sends = [(w, m) for w, m in self._sends if not w.is_completed()]
+        self._sends += [(self._comm.isend_on(self._channel, message, dst=j, tag=TAG), message)
+                        for j in self.neighbours]
+
+    def _wait(self, ready, what: str) -> float:
+        """Block (holding the condition's lock on return) until ready(); returns seconds."""
+        start = time.perf_counter()
+        deadline = start + self._timeout_s
+        while not ready():
+            if self._error is not None:
+                raise RuntimeError(f"hop receiver failed: {self._error!r}") from self._error
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                raise TimeoutError(f"hop: waited {self._timeout_s:.0f} s for {what} at "
+                                   f"iteration {self.iteration}")
+            self._cond.wait(left)
+        return time.perf_counter() - start
+
+    def _usable(self, j: int, k: int) -> _Entry | None:
+        """j's newest queued model standing for an iteration in [k - staleness, k]."""
+        for entry in reversed(self._queues[j]):
+            if entry.lo <= k and entry.hi >= k - self.config.staleness:
+                return entry
+        return None
+
+    def _updates_ready(self, k: int) -> bool:
+        usable = sum(self._usable(j, k) is not None for j in self.neighbours)
+        # Neighbours that finished will send nothing more: waiting for them would never end.
+        possible = usable + sum(self._usable(j, k) is None and j not in self._done
+                                for j in self.neighbours)
+        return usable >= min(len(self.neighbours) - self.config.backup_workers, possible)
+
+    def _tokens_ready(self, k: int) -> bool:
+        gap = self.config.max_iteration_gap
+        return all(self._entered[j] >= k - gap for j in self.neighbours if j not in self._done)
+
+    def _skip_target(self, k: int) -> int | None:
+        """The iteration to jump to from k, or None to carry on normally."""
+        live = [self._entered[j] for j in self.neighbours if j not in self._done]
+        if not live or max(live) - k <= self.config.skip_threshold:
+            return None
+        # As far as the furthest neighbour, but never past what the slowest one's tokens allow.
+        target = min(max(live), min(live) + self.config.max_iteration_gap)
+        return target if target > k + 1 else None
+
+    def _drop_before(self, k: int) -> None:
+        """Forget queued models that no iteration from k on can use."""
+        for queue in self._queues.values():
+            while queue and queue[0].hi < k - self.config.staleness:
+                queue.popleft()
+
+    @torch.no_grad()
+    def step(self, ctx, model, optimizer):
+        k = self.iteration
+        own = flat_params(model)
+        self._send(UPDATE, k, k, k, own)
+        with self._cond:
+            target = self._skip_target(k) if self.config.skip else None
+            if target is None:
+                wait_s = self._wait(lambda: self._updates_ready(k), "neighbour updates")
+                used = {j: (min(e.hi, k), e.model) for j in self.neighbours
+                        if (e := self._usable(j, k)) is not None}
+            else:
+                wait_s = 0.0
+                used = {j: (q[-1].hi, q[-1].model) for j, q in self._queues.items() if q}
+            following = k + 1 if target is None else target
+            self._drop_before(following)
+        # A neighbour whose update is not used leaves its weight with the worker itself, so every
+        # row of the effective mixing matrix still sums to 1.
+        self_weight = self.weights[ctx.rank]
+        for j in self.neighbours:
+            if j not in used:
+                self_weight += self.weights[j]
+        peers = [(self.weights[j], used[j][1]) for j in self.neighbours if j in used]
+        set_flat_params(model, mix(own, self_weight, peers))
+        optimizer.step()
+        fields = {"used": {str(j): it for j, (it, _) in used.items()}}
+        if target is not None:
+            # Timestamped before the send: from here on neighbours may act on the jump.
+            fields.update(skipped=target - k - 1, skip_to=target, skip_ns=time.time_ns())
+            self._send(SKIP, k + 1, target - 1, target, flat_params(model))
+        with self._cond:
+            wait_s += self._wait(lambda: self._tokens_ready(following), "tokens")
+        self.iteration = following
+        return StepInfo(wait_s=wait_s, next_iteration=following, fields=fields)
+
+    def finish(self, ctx, model):
+        with self._cond:
+            self._finished = True
+            for queue in self._queues.values():
+                queue.clear()
+        self._send(DONE, self.iteration, self.iteration, self.iteration,
+                   torch.zeros(self._numel, dtype=self._dtype, device=ctx.device))
+        for work, _ in self._sends:
+            work.wait()
+        self._sends = []
+        self._receiver.join(timeout=2 * self._timeout_s)
+        if self._error is not None:
+            raise RuntimeError(f"hop receiver failed: {self._error!r}") from self._error
+        if self._receiver.is_alive():
+            raise TimeoutError("hop: a neighbour never said it was done")
