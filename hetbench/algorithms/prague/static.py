@@ -1,8 +1,12 @@
 """prague-static: P-Reduce over the paper's fixed conflict-free schedule (schedule.py).
 
 No server: every worker computes the schedule itself. Workers that stop at different iterations
-(a wall-clock budget) would leave peers waiting in a later step's group, so finish() agrees on
-the last step through the store and runs the remaining steps' P-Reduces without training.
+(a wall-clock budget) would leave peers waiting in a later step's group. So the first worker to
+stop announces a last step E through the store: its own step plus END_MARGIN (more than the
+schedule lets any worker run ahead of another, since every 4 steps everyone depends on
+everyone), rounded up to a whole cycle. Every worker runs each step below E, in finish() without
+training if its budget ended first, and no step from E on syncs (a singleton group), so every
+group of the schedule below E meets in full and none beyond it is waited for.
 """
 
 from __future__ import annotations
@@ -13,6 +17,10 @@ from hetbench.algorithms.prague.common import PragueBase, PragueOptions
 from hetbench.algorithms.prague.schedule import check_layout, static_group
 from hetbench.errors import UserError
 from hetbench.harness.options import opt
+
+#: Steps past the first stopper's that everyone still runs (> the 4-step dependency horizon).
+END_MARGIN = 8
+END_KEY = "prague-static/end"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,16 +48,22 @@ class PragueStatic(PragueBase):
     def setup(self, ctx, model, optimizer):
         super().setup(ctx, model, optimizer)
         self._step = 0
+        self._end: int | None = None
 
     def next_group(self, ctx):
-        group = static_group(ctx.rank, self._step, ctx.workers, self.config.workers_per_node)
+        step = self._step
         self._step += 1
-        return group, {"schedule_step": self._step - 1}
+        if self._end is None and ctx.comm.store.check([END_KEY]):
+            self._end = int(ctx.comm.store.get(END_KEY))
+        if self._end is not None and step >= self._end:
+            return (ctx.rank,), {"schedule_step": step}
+        group = static_group(ctx.rank, step, ctx.workers, self.config.workers_per_node)
+        return group, {"schedule_step": step}
 
     def finish(self, ctx, model):
-        store = ctx.comm.store
-        store.set(f"prague-static/steps/{ctx.rank}", str(self._step))
-        last = max(int(store.get(f"prague-static/steps/{w}")) for w in range(ctx.workers))
-        while self._step < last:
+        proposal = -(-(self._step + END_MARGIN) // 4) * 4
+        # The first proposal wins; later stoppers read it back.
+        self._end = int(ctx.comm.store.compare_set(END_KEY, "", str(proposal)))
+        while self._step < self._end:
             members, _ = self.next_group(ctx)
             self.p_reduce(ctx, members)

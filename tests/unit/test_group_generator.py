@@ -1,0 +1,133 @@
+"""The smart Group Generator's decisions, without gRPC or processes."""
+
+import itertools
+import random
+
+import pytest
+
+from hetbench.algorithms.prague.generator import GroupGenerator
+
+
+def _run_rounds(gen, order):
+    """Each worker in `order` requests once; returns (worker, group) in request order."""
+    return [(w, gen.request(w)) for w in order]
+
+
+def _assert_no_cycles(gen_groups_by_worker):
+    """Every worker's groups appear in increasing id order: one global order, no deadlock."""
+    for groups in gen_groups_by_worker.values():
+        ids = [g.id for g in groups]
+        assert ids == sorted(ids)
+
+
+def test_group_division_partitions_everyone_at_once():
+    gen = GroupGenerator(16, 4, seed=3)
+    group = gen.request(5)
+    assert 5 in group.members and len(group.members) == 4
+    # One request made a whole division: 4 disjoint groups covering all 16 workers.
+    assert gen.generated == 4
+    queued = [gen.buffers[w][0] for w in range(16) if w not in group.members]
+    divisions = {g.members for g in queued} | {group.members}
+    assert sorted(w for m in divisions for w in m) == list(range(16))
+    # The others get their division's group from the buffer, no new generation.
+    for w in range(16):
+        if w != 5:
+            g = gen.request(w)
+            assert w in g.members and (g in queued or g == group)
+    assert gen.generated == 4
+
+
+def test_groups_of_one_division_never_share_a_worker():
+    gen = GroupGenerator(13, 3, seed=1)
+    gen.request(0)
+    division = {g for b in gen.buffers for g in b}
+    members = [w for g in division for w in g.members]
+    assert len(members) == len(set(members))
+    assert all(len(g.members) >= 2 for g in division)
+
+
+def test_without_division_only_the_requesters_group_is_made():
+    gen = GroupGenerator(8, 3, group_division=False, seed=2)
+    g = gen.request(0)
+    assert gen.generated == 1 and len(g.members) == 3
+
+
+def test_threshold_rule_leaves_stragglers_out():
+    gen = GroupGenerator(6, 3, delta_c=2, seed=0)
+    # Worker 5 is a straggler: workers 0..4 request 10 times each, it never does.
+    for _ in range(10):
+        for w in range(5):
+            group = gen.request(w)
+            # c_5 = 0 <= c_i - 2 once c_i >= 2: then worker 5 must not be picked.
+            if gen.counts[w] >= 2:
+                assert 5 not in group.members
+    # Once it requests it still gets a group: itself plus workers it is close enough to.
+    group = gen.request(5)
+    assert 5 in group.members
+
+
+def test_threshold_rule_is_strict():
+    gen = GroupGenerator(3, 2, delta_c=3, group_division=False, seed=0)
+    gen.counts[:] = [6, 3, 2]
+    assert gen.eligible(0) == []  # c_1 = 3 is not > 6 - 3
+    gen.counts[:] = [5, 3, 2]
+    assert gen.eligible(0) == [1]  # c_1 = 3 > 5 - 3; c_2 = 2 is not
+    # A request counts itself first: c_0 becomes 6, so worker 1 is out and 0 is alone.
+    assert gen.request(0).members == (0,)
+
+
+def test_group_buffer_off_only_picks_idle_workers():
+    gen = GroupGenerator(6, 3, group_division=False, group_buffer=False, delta_c=None, seed=4)
+    first = gen.request(0)
+    busy = set(first.members) - {0}
+    second = gen.request(next(w for w in range(6) if w not in first.members))
+    assert not busy & set(second.members)
+
+
+def test_every_workers_groups_follow_one_global_order_under_any_schedule():
+    for seed, (division, buffer) in itertools.product(range(5), [(True, True), (False, True),
+                                                                 (True, False), (False, False)]):
+        gen = GroupGenerator(7, 3, delta_c=3, group_division=division, group_buffer=buffer,
+                             seed=seed)
+        got = {w: [] for w in range(7)}
+        rng = random.Random(seed)
+        for _ in range(200):
+            w = rng.choice([0, 1, 2, 3, 4, 5, 6, 0, 1, 2])  # 0..2 request more often
+            got[w].append(gen.request(w))
+        _assert_no_cycles(got)
+        # And every group a worker got lists it as a member.
+        assert all(w in g.members for w, gs in got.items() for g in gs)
+
+
+def test_done_workers_drain_their_buffer_then_finish_and_get_no_new_groups():
+    gen = GroupGenerator(4, 2, seed=0)
+    gen.request(0)  # a division: 0 and 1..3 paired
+    pending = gen.finish(3)
+    made_before = gen.generated
+    assert pending == len(gen.buffers[3]) == 1
+    drained = gen.request(3)
+    assert drained is not None and 3 in drained.members
+    assert gen.request(3) is None
+    for _ in range(5):
+        for w in range(3):
+            group = gen.request(w)
+            # Groups queued before the finish still hold 3 (it drained them); new ones never.
+            assert group.id < made_before or 3 not in group.members
+    assert gen.generated > made_before
+
+
+@pytest.mark.parametrize("bad", [-1, 4, 100])
+def test_out_of_range_workers_are_refused(bad):
+    gen = GroupGenerator(4, 2)
+    with pytest.raises(ValueError, match="out of range"):
+        gen.request(bad)
+    with pytest.raises(ValueError, match="out of range"):
+        gen.finish(bad)
+    assert gen.request(0) is not None  # and the generator still works
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="group_size"):
+        GroupGenerator(4, 5)
+    with pytest.raises(ValueError, match="delta_c"):
+        GroupGenerator(4, 2, delta_c=0)
