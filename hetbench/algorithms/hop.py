@@ -189,11 +189,14 @@ class Hop(Algorithm):
 
     def _skip_target(self, k: int) -> int | None:
         """The iteration to jump to from k, or None to carry on normally."""
-        live = [self._entered[j] for j in self.neighbours if j not in self._done]
-        if not live or max(live) - k <= self.config.skip_threshold:
+        # As far as the furthest neighbour (finished ones count: a worker left alone at the end
+        # of an iteration budget catches up with them), but never past what the tokens of the
+        # slowest neighbour still running allow.
+        furthest = max(self._entered.values())
+        if furthest - k <= self.config.skip_threshold:
             return None
-        # As far as the furthest neighbour, but never past what the slowest one's tokens allow.
-        target = min(max(live), min(live) + self.config.max_iteration_gap)
+        live = [self._entered[j] for j in self.neighbours if j not in self._done]
+        target = min([furthest] + [e + self.config.max_iteration_gap for e in live])
         return target if target > k + 1 else None
 
     def _drop_before(self, k: int) -> None:

@@ -1,0 +1,119 @@
+"""Hop on real processes: D-PSGD when its knobs are off, the iteration-gap bound, skipping."""
+
+import bisect
+import statistics
+
+import numpy as np
+import pytest
+
+from hetbench.algorithms import topologies
+from hetbench.errors import UserError
+from hetbench.harness.config import RunConfig
+from tests.dist.test_dpsgd import drive
+from tests.helpers import events, final_models, on_ranks, run_config
+
+
+def entries(events_of_worker: list[dict]) -> list[tuple[int, int]]:
+    """(time in ns, iteration) each time a worker entered an iteration: the start of each logged
+    iteration, and each skip, from the moment it was announced to the neighbours."""
+    marks = [(e["t_start"], e["iteration"]) for e in events_of_worker]
+    marks += [(e["skip_ns"], e["skip_to"]) for e in events_of_worker if "skip_to" in e]
+    return sorted(marks)
+
+
+def worst_gap(events_by_rank: dict[int, list[dict]], graph) -> int:
+    """The largest k_i - k_j over neighbours i, j, at each moment i entered an iteration k_i
+    (k_j: the iteration j had entered by then; every worker starts at 0)."""
+    worst = 0
+    for i, evs in events_by_rank.items():
+        for j in graph[i]:
+            marks = entries(events_by_rank[j])
+            times = [t for t, _ in marks]
+            reached = np.maximum.accumulate([k for _, k in marks]).tolist()
+            for t, k in entries(evs):
+                at = bisect.bisect_right(times, t) - 1
+                worst = max(worst, k - (reached[at] if at >= 0 else 0))
+    return worst
+
+
+def test_the_gap_check_catches_a_worker_running_ahead():
+    ahead = [{"t_start": 10 * k, "iteration": k} for k in range(10)]
+    stuck = [{"t_start": 1000, "iteration": 0}]
+    assert worst_gap({0: ahead, 1: stuck}, topologies.ring(2)) == 9
+    # Stuck at 0 until it announces a jump to 8 at t = 75 (the other is then at 7): the gap
+    # peaks at 7 just before the jump, not at 9.
+    skipper = [{"t_start": 0, "iteration": 0, "skip_ns": 75, "skip_to": 8}]
+    assert worst_gap({0: ahead, 1: skipper}, topologies.ring(2)) == 7
+
+
+def test_hop_with_its_knobs_off_is_dpsgd_parameter_for_parameter(tmp_path):
+    common = {"workload": "mlp-digits", "workers": 4, "iterations": 25, "seed": 3,
+              "save_models": True, "warmup_iterations": 2}
+    for name in ("dpsgd", "hop"):
+        assert run_config(tmp_path / name, algorithm=name, **common)["status"] == "ok"
+    hop, dpsgd = final_models(tmp_path / "hop", 4), final_models(tmp_path / "dpsgd", 4)
+    assert not np.array_equal(dpsgd[0], dpsgd[1])  # the workers really differ
+    for h, d in zip(hop, dpsgd, strict=True):
+        np.testing.assert_array_equal(h, d)
+
+
+def test_hop_is_dpsgd_on_another_graph_and_weights():
+    options = {"topology": "exponential", "weights": "metropolis"}
+    hop = on_ranks(drive, 5, "hop", options, 8, 0.1)
+    dpsgd = on_ranks(drive, 5, "dpsgd", options, 8, 0.1)
+    for (_, h, _), (_, d, _) in zip(hop, dpsgd, strict=True):
+        np.testing.assert_array_equal(h, d)
+
+
+def test_gap_stays_within_the_bound_and_updates_respect_backup_and_staleness(tmp_path):
+    gap, backup, staleness = 2, 1, 1
+    summary = run_config(
+        tmp_path, algorithm="hop", workload="mlp-digits", workers=6, iterations=40,
+        slowdown="prob:5@0.3", pace_ms=10, seed=5,
+        algorithm_options={"backup_workers": backup, "staleness": staleness,
+                           "max_iteration_gap": gap, "skip": True, "skip_threshold": 1})
+    assert summary["status"] == "ok", summary["cause"]
+    by_rank = events(tmp_path, 6)
+    graph = topologies.ring(6)
+    worst = worst_gap(by_rank, graph)
+    assert 1 <= worst <= gap  # the gap was used, and never exceeded
+    for rank, evs in by_rank.items():
+        for e in evs:
+            used = {int(j): k for j, k in e["used"].items()}
+            assert set(used) <= set(graph[rank])
+            if "skip_to" in e:
+                continue  # a skip adopts the neighbours' newest models, whatever iteration
+            assert len(used) >= len(graph[rank]) - backup
+            assert all(e["iteration"] - staleness <= k <= e["iteration"] for k in used.values())
+
+
+def test_a_deterministic_straggler_skips_and_the_others_keep_pace(tmp_path):
+    pace_ms = 20
+    summary = run_config(
+        tmp_path, algorithm="hop", workload="mlp-digits", workers=4, iterations=60,
+        slowdown="det:10@0", pace_ms=pace_ms, seed=2,
+        algorithm_options={"backup_workers": 1, "skip": True, "max_iteration_gap": 12})
+    assert summary["status"] == "ok", summary["cause"]
+    by_rank = events(tmp_path, 4)
+    straggler = by_rank[0]
+    assert sum(e.get("skipped", 0) for e in straggler) > 30
+    assert len(straggler) < 20  # it computed a fraction of the 60 iterations
+    for rank in (1, 2, 3):
+        # Others may skip a little too (at the very end, to catch up with a finished neighbour),
+        # but they compute nearly every iteration themselves.
+        assert len(by_rank[rank]) >= 54
+        per_iteration_s = [e["t_end"] - e["t_start"] for e in by_rank[rank]]
+        # Held back by a 10x straggler, an iteration would take ~10 paces.
+        assert statistics.median(per_iteration_s) / 1e9 < 2 * pace_ms / 1000
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"backup_workers": 2}, "below the in-degree"),
+    ({"staleness": -1}, "staleness must be >= 0"),
+    ({"max_iteration_gap": 0}, "max_iteration_gap must be >= 1"),
+    ({"skip": True, "skip_threshold": 4}, "skip_threshold"),
+    ({"topology": "star"}, "must be one of"),
+])
+def test_bad_options_fail_before_any_process_starts(options, message):
+    with pytest.raises(UserError, match=message):
+        RunConfig(algorithm="hop", workload="mlp-digits", workers=4, algorithm_options=options)
