@@ -1,0 +1,48 @@
+"""AD-PSGD on real gloo ranks: pair averages keep the sum, reach consensus, never deadlock."""
+
+import numpy as np
+import pytest
+
+from hetbench.algorithms import topologies
+from hetbench.errors import UserError
+from hetbench.harness.config import RunConfig
+from tests.dist.test_dpsgd import drive, spread
+from tests.helpers import events, on_ranks, run_config
+
+
+@pytest.mark.parametrize("workers", [4, 5])
+def test_with_lr_zero_the_sum_is_kept_and_models_reach_consensus(workers):
+    results = on_ranks(drive, workers, "adpsgd", {}, 150, 0.0)
+    starts = np.stack([r[0] for r in results])
+    finals = np.stack([r[1] for r in results])
+    assert spread(starts) > 0.1
+    np.testing.assert_allclose(finals.sum(axis=0), starts.sum(axis=0), atol=1e-5)
+    assert spread(finals) < 1e-3 * spread(starts)
+
+
+def test_actives_average_with_random_passive_neighbours_while_passives_are_slowed(tmp_path):
+    # Passive workers 1 and 3 are 5x slower; their serving threads answer regardless, so the
+    # active workers are not held back by them.
+    pace_ms = 10
+    summary = run_config(tmp_path, algorithm="adpsgd", workload="mlp-digits", workers=4,
+                         iterations=40, pace_ms=pace_ms, slowdown="det:5@1,3", seed=4)
+    assert summary["status"] == "ok", summary["cause"]
+    by_rank = events(tmp_path, 4)
+    graph = topologies.bipartite(topologies.ring(4))
+    for active in (0, 2):
+        peers = [e["peer"] for e in by_rank[active]]
+        assert set(peers) == set(graph[active])  # both passive neighbours, chosen at random
+        # Much less than a slowed passive's 50 ms iteration: the serving thread answered.
+        assert np.median([e["wait_s"] for e in by_rank[active]]) < 0.02
+    served = sum(e["served"] for rank in (1, 3) for e in by_rank[rank])
+    assert 0 < served <= 80  # at most one per active iteration; the rest served during finish
+    assert summary["final_test_accuracy"] > 0.5
+
+
+def test_a_topology_without_a_connected_active_passive_split_is_rejected():
+    # A 2x4 torus: its vertical edges join workers 4 apart, both even or both odd, so the
+    # active/passive edges leave the two rows apart.
+    with pytest.raises(UserError, match="no connected active/passive split"):
+        RunConfig(algorithm="adpsgd", workload="mlp-digits", workers=8,
+                  algorithm_options={"topology": "torus"})
+    RunConfig(algorithm="adpsgd", workload="mlp-digits", workers=7)  # odd ring: one edge dropped
