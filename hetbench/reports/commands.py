@@ -1,26 +1,99 @@
-"""CLI commands that read stored results: `bench report` (and compare / reproduce as built).
+"""CLI commands that read stored results: `bench report`, `bench compare`, `bench reproduce`.
 
 Each is a click command appended to COMMANDS; hetbench.cli adds them to the `bench` group.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
+
+TARGET_HELP = ("Convergence target: accuracy:V or loss:V for every workload, or "
+               "WORKLOAD=accuracy:V; repeatable. Default: the matrix's, else picked from the runs.")
+
+
+def _targets(target: tuple[str, ...], matrix: Path | None):
+    """--target values over the matrix file's `target`, which is over none."""
+    from hetbench.reports.targets import parse_targets, targets_from_matrix
+
+    found = {}
+    if matrix is not None:
+        from hetbench.harness.matrix import load_matrix_file
+
+        found.update(targets_from_matrix(load_matrix_file(matrix)))
+    found.update(parse_targets(target))
+    return found
 
 
 @click.command("report")
 @click.argument("results_dir", type=click.Path(path_type=Path))
 @click.option("--baseline", default="allreduce", show_default=True,
-              help="Algorithm that throughput is normalised to.")
-def report_cmd(results_dir: Path, baseline: str) -> None:
-    """Write report.md and report.csv for the runs under RESULTS_DIR."""
+              help="Algorithm that throughput and time to target are normalised to.")
+@click.option("--target", multiple=True, help=TARGET_HELP)
+@click.option("--matrix", type=click.Path(path_type=Path),
+              help="Matrix file whose `target` to use (the runs do not store it).")
+@click.option("--timeline", "timeline_run",
+              help="Run id (or unique prefix) to draw the per-worker timeline of. Default: the "
+                   "baseline's run with the most injected slowdown.")
+def report_cmd(results_dir: Path, baseline: str, target: tuple[str, ...], matrix: Path | None,
+               timeline_run: str | None) -> None:
+    """Write report.md/.csv/.html, time-to-target, convergence plots and a timeline."""
     from hetbench.reports.report import write_report
 
-    paths = write_report(results_dir, baseline)
+    paths = write_report(results_dir, baseline, _targets(target, matrix), timeline_run)
     for kind, path in paths.items():
         click.echo(f"{kind}: {path}")
 
 
-COMMANDS: list[click.Command] = [report_cmd]
+@click.command("compare")
+@click.argument("results_dir", type=click.Path(path_type=Path))
+@click.option("--baseline", default="allreduce", show_default=True,
+              help="Algorithm every other one is compared with.")
+@click.option("--target", multiple=True, help=TARGET_HELP)
+@click.option("--matrix", type=click.Path(path_type=Path),
+              help="Matrix file whose `target` to use.")
+def compare_cmd(results_dir: Path, baseline: str, target: tuple[str, ...],
+                matrix: Path | None) -> None:
+    """Throughput and time-to-target ratios vs a baseline, with the spread over seeds."""
+    from hetbench.errors import UserError
+    from hetbench.reports.compare import CONFIDENCE, compare_frame, compare_markdown
+    from hetbench.reports.report import build_report
+
+    report = build_report(results_dir, baseline, _targets(target, matrix))
+    frame = compare_frame(report.runs, report.evals, baseline, report.targets)
+    if frame.empty:
+        algorithms = sorted(report.runs["algorithm"].unique())
+        raise UserError(f"nothing to compare: no ok {baseline} run shares a workload/workers/"
+                        f"slowdown with another algorithm (algorithms here: "
+                        f"{', '.join(algorithms)}); pick one with --baseline")
+    for note in report.notes():
+        click.echo(f"- {note}")
+    click.echo(compare_markdown(frame, baseline))
+    click.echo(
+        f"\nRatio of means over seeds, [{CONFIDENCE:.0%} range from the two t-intervals]. "
+        f"Throughput > 1 and time to target < 1 are better than {baseline}. '*' marks a "
+        "difference the seeds support (both sides >= 2 seeds, intervals apart); the others "
+        "say why not.")
+
+
+@click.command("reproduce")
+@click.argument("name", type=click.Choice(["prague", "hop"]))
+@click.option("--quick", is_flag=True, help="The scaled-down matrix (under 10 minutes).")
+@click.option("--out", type=click.Path(path_type=Path),
+              help="Results directory (default results/reproduce-NAME[-quick]).")
+@click.option("--force", is_flag=True, help="Rerun runs that already finished.")
+def reproduce_cmd(name: str, quick: bool, out: Path | None, force: bool) -> None:
+    """Run a paper's matrix and report our ratios beside the published ones."""
+    from hetbench.reports.reproduce import reproduce
+
+    paths, failed = reproduce(name, quick, out, force, echo=click.echo)
+    for kind in ("md", "html", "csv"):
+        click.echo(f"{kind}: {paths[kind]}")
+    if failed:
+        click.echo(f"{failed} run(s) failed (see report.md, 'Runs not ok')", err=True)
+        sys.exit(1)
+
+
+COMMANDS: list[click.Command] = [report_cmd, compare_cmd, reproduce_cmd]

@@ -26,6 +26,15 @@ CSV_COLUMNS = ["algorithm", "workload", "workers", "slowdown", "throughput",
                "compute", "synthetic", "pace_ms"]
 
 
+@dataclass(frozen=True)
+class Section:
+    """An extra section of the report (e.g. published vs measured, from `bench reproduce`)."""
+
+    heading: str
+    text: str
+    table: pd.DataFrame
+
+
 @dataclass
 class Report:
     """Everything `bench report` computes from one results directory."""
@@ -38,6 +47,7 @@ class Report:
     prague: dict[str, pd.DataFrame]
     targets: dict[str, Target]
     time_to_target: pd.DataFrame
+    extra: tuple[Section, ...] = ()
 
     @property
     def failed(self) -> pd.DataFrame:
@@ -82,9 +92,15 @@ def build_report(results_dir: Path, baseline: str = "allreduce",
 
 def write_report(results_dir: Path, baseline: str = "allreduce",
                  targets: dict[str, Target] | None = None,
-                 timeline_run: str | None = None) -> dict[str, Path]:
-    """Write every report file into `results_dir`; returns their paths by kind."""
+                 timeline_run: str | None = None,
+                 extra=None) -> dict[str, Path]:
+    """Write every report file into `results_dir`; returns their paths by kind.
+
+    `extra(report) -> [Section]` adds sections computed from the report's tables.
+    """
     report = build_report(results_dir, baseline, targets)
+    if extra is not None:
+        report.extra = tuple(extra(report))
     out = report.results_dir
     paths: dict[str, Path] = {"csv": out / "report.csv"}
     columns = [c.format(baseline=baseline) for c in CSV_COLUMNS]
@@ -118,6 +134,8 @@ def markdown(report: Report, images: list[Path]) -> str:
     notes = report.notes()
     if notes:
         parts += ["", *(f"- {n}" for n in notes)]
+    for section in report.extra:
+        parts += ["", f"## {section.heading}", "", section.text, "", to_markdown(section.table)]
     parts += ["", "## Throughput normalised to " + baseline, "", PRAGUE_TEXT.format(
         baseline=baseline)]
     for slowdown, block in report.prague.items():
@@ -143,6 +161,10 @@ def html_page(report: Report, images: list[Path]) -> Page:
     page.paragraph(f"{len(runs)} runs, {len(runs) - len(report.failed)} ok, "
                    f"{len(report.failed)} not ok. " + THROUGHPUT_TEXT.format(baseline=baseline))
     page.bullets(report.notes())
+    for section in report.extra:
+        page.heading(section.heading)
+        page.paragraph(section.text, "note")
+        page.table(section.table)
     page.heading(f"Throughput normalised to {baseline}")
     page.paragraph(PRAGUE_TEXT.format(baseline=baseline), "note")
     for slowdown, block in report.prague.items():

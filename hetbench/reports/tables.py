@@ -111,7 +111,8 @@ def time_to_target_table(runs: pd.DataFrame, evals: pd.DataFrame, targets: dict[
                   time_to_target_s=("seconds", "mean"), time_to_target_std=("seconds", "std"),
                   iterations_to_target=("iteration", "mean"))
              .reset_index())
-    table["time_to_target_std"] = table["time_to_target_std"].fillna(0.0)
+    # One seed that reached the target has no spread (0); none reaching has no time at all.
+    table.loc[table["reached"] == 1, "time_to_target_std"] = 0.0
     base = (table[table["algorithm"] == baseline][[*CELL, "time_to_target_s"]]
             .rename(columns={"time_to_target_s": "_base"}))
     table = table.merge(base, on=CELL, how="left")

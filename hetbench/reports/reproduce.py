@@ -1,0 +1,81 @@
+"""`bench reproduce prague|hop`: run the papers' matrices, then report ours beside theirs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from hetbench.errors import UserError
+from hetbench.reports.published import PUBLISHED, measured_vs_published
+from hetbench.reports.report import Section, write_report
+
+#: matrices/ of the source checkout (the package is installed editable; see README).
+MATRIX_DIR = Path(__file__).resolve().parents[2] / "matrices"
+
+PUBLISHED_TEXT = (
+    "Published ratios (../shared/DESIGN.md, 'Published figures to reproduce') beside ours. We "
+    "reproduce the shape on this machine, not the GPU cluster's absolute numbers: `shape` is "
+    "'same' when ours falls on the same side of 1 as theirs (on par = within 5% of 1). A "
+    "published speedup is measured as time-to-target speedup where the runs evaluated "
+    "convergence, else as a throughput ratio (emulated compute); `measured as` says which.")
+
+
+def matrix_path(name: str, quick: bool, matrix_dir: Path = MATRIX_DIR) -> Path:
+    """matrices/reproduce-<name>[-quick].toml."""
+    if name not in PUBLISHED:
+        raise UserError(f"unknown reproduction {name!r}; choose one of: {', '.join(PUBLISHED)}")
+    path = matrix_dir / f"reproduce-{name}{'-quick' if quick else ''}.toml"
+    if not path.is_file():
+        raise UserError(f"{path} is missing; run from a source checkout of hetbench")
+    return path
+
+
+def check_available(algorithms: list[str], name: str) -> None:
+    """One clear line if any algorithm the reproduction needs cannot be imported here."""
+    from hetbench.algorithms import ALGORITHMS
+
+    for algorithm in algorithms:
+        try:
+            ALGORITHMS.get(algorithm)
+        except UserError as exc:
+            reason = str(exc).split(": ", 1)[-1]
+            raise UserError(f"`bench reproduce {name}` needs algorithm {algorithm!r}, which is "
+                            f"unavailable here ({reason}); see `bench list`") from None
+
+
+def reproduce(name: str, quick: bool, out: Path | None, force: bool = False,
+              echo: Callable[[str], None] = print,
+              matrix_dir: Path = MATRIX_DIR) -> tuple[dict[str, Path], int]:
+    """Run the reproduction matrix and write its report; returns (paths, failed run count)."""
+    from hetbench.harness.matrix import expand, load_matrix_file
+    from hetbench.harness.runner import run_matrix
+    from hetbench.reports.targets import targets_from_matrix
+
+    spec = load_matrix_file(matrix_path(name, quick, matrix_dir))
+    check_available(list(spec.get("algorithms", [])), name)
+    targets = targets_from_matrix(spec)
+    configs = expand(spec)
+    out = out or Path("results") / str(spec["name"])
+    echo(f"{len(configs)} run(s) of {spec['name']} -> {out}")
+    failed = 0
+
+    def on_done(outcome) -> None:
+        nonlocal failed
+        s, label = outcome.summary, outcome.config.label()
+        if outcome.skipped:
+            echo(f"skip {label}: already finished")
+        elif s["status"] == "ok":
+            echo(f"ok   {label}: {s['throughput']:.1f} samples/s ({s['wall_s']:.1f} s)")
+        else:
+            failed += 1
+            echo(f"FAIL {label}: {s['cause']}")
+
+    run_matrix(configs, out, force=force, on_done=on_done)
+
+    def published_section(report) -> list[Section]:
+        table = measured_vs_published(PUBLISHED[name], report.throughput, report.time_to_target)
+        return [Section("Published vs measured", PUBLISHED_TEXT, table)]
+
+    paths = write_report(out, "allreduce" if name == "prague" else "dpsgd", targets,
+                         extra=published_section)
+    return paths, failed
