@@ -37,12 +37,16 @@ class RunConfig:
     workload_options: dict[str, Any] = field(default_factory=dict)
     launcher: Literal["local"] = "local"
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    #: Bound on every blocking communication; a dead peer fails the run after this long.
-    comm_timeout_s: float = 60.0
+    #: Bound on every blocking communication; a dead or hung peer fails the run after this long.
+    comm_timeout_s: float = 30.0
     #: Seconds between model snapshots evaluated after training (convergence curves).
     eval_interval_s: float = 1.0
     #: Write each worker's final flat parameters (model.rank<r>.npy) for checking.
     save_models: bool = False
+    #: Injected fault for reliability tests: crash@R:I, kill@R:I or hang@R:I ('' = none).
+    fault: str = ""
+    #: Address the rendezvous store listens on; loopback unless ranks span machines.
+    bind_host: str = "127.0.0.1"
     #: Name of the matrix this run belongs to (results/<matrix>/<run_id>).
     matrix: str = "adhoc"
 
@@ -83,6 +87,9 @@ class RunConfig:
         load_cls.validate(load_cfg)
         injector = self.injector()
         injector.validate(self.workers)
+        from hetbench.harness.faults import parse_fault
+
+        parse_fault(self.fault, self.workers)
         object.__setattr__(self, "algorithm_options", dataclasses.asdict(algo_cfg))
         object.__setattr__(self, "workload_options", dataclasses.asdict(load_cfg))
 

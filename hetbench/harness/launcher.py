@@ -12,6 +12,7 @@ import datetime
 import multiprocessing
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -71,9 +72,13 @@ class LocalLauncher:
         write_json_atomic(run_dir / "config.json", config.to_dict())
         write_json_atomic(run_dir / "env.json", environment())
         started = time.time()
-        store = dist.TCPStore("127.0.0.1", 0, None, True,
+        # The store listens on a socket we bind, so it is reachable on bind_host only
+        # (TCPStore on its own listens on every interface).
+        listener = socket.create_server((config.bind_host, 0))
+        port = listener.getsockname()[1]
+        store = dist.TCPStore(config.bind_host, port, None, True,
                               timeout=datetime.timedelta(seconds=config.comm_timeout_s),
-                              wait_for_workers=False)
+                              wait_for_workers=False, master_listen_fd=listener.detach())
         procs: list[multiprocessing.Process] = []
         cause, status = None, "ok"
         algorithm = config.algorithm_class()
@@ -82,7 +87,7 @@ class LocalLauncher:
                                     run_dir) as services:
                 write_json_atomic(run_dir / "services.json", services)
                 try:
-                    procs = [self._spawn(config, run_dir, rank, store.port)
+                    procs = [self._spawn(config, run_dir, rank, port)
                              for rank in range(config.world_size)]
                     cause = self._watch(config, run_dir, procs)
                 finally:
@@ -106,7 +111,7 @@ class LocalLauncher:
                 **summarize(config, run_dir),
             }
             write_json_atomic(run_dir / "summary.json", summary)
-            del store
+            del store  # the store owns (and closes) the listening socket
         return summary
 
     def _spawn(self, config: RunConfig, run_dir: Path, rank: int,
@@ -120,26 +125,27 @@ class LocalLauncher:
                procs: list[multiprocessing.Process]) -> str | None:
         """Wait for all ranks; the failure cause as one line, or None if every rank succeeded."""
         expected = (config.iterations or 0) * config.workers
-        # No rank may go this long without any rank logging progress (a hang the comm timeout
-        # cannot see, such as a rank stuck outside any collective).
-        stall_limit_s = 2 * config.comm_timeout_s + 60
-        last_size, last_change = -1, time.time()
+        # A backstop for hangs the comm timeout cannot see (a rank stuck outside any
+        # collective): the run fails when no rank has logged anything for this long.
+        stall_limit_s = config.comm_timeout_s + 15
+        last_size, last_change, last_report = -1, time.time(), 0.0
         while True:
             codes = [p.exitcode for p in procs]
             failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
             if failed:
                 time.sleep(GRACE_S)  # let peers write their own reports before the kill
-                return _failure_cause(run_dir, procs, failed[0])
+                return _failure_cause(run_dir, procs)
+            if time.time() - last_change > stall_limit_s:
+                return _hang_cause(run_dir, procs, config.workers, stall_limit_s)
             if all(c == 0 for c in codes):
                 return None
             size = sum(_size(run_dir / f"events.rank{r}.jsonl") for r in range(config.workers))
+            size += sum(_size(run_dir / f"worker.rank{r}.log") for r in range(len(procs)))
             if size != last_size:
                 last_size, last_change = size, time.time()
-                if self.on_progress:
+                if self.on_progress and time.time() - last_report > 0.5:
+                    last_report = time.time()
                     self.on_progress(_count_lines(run_dir, config.workers), expected)
-            elif time.time() - last_change > stall_limit_s:
-                return (f"no progress for {stall_limit_s:.0f} s (a rank hung); ranks still "
-                        f"running: {[r for r, c in enumerate(codes) if c is None]}")
             time.sleep(POLL_S)
 
 
@@ -173,27 +179,53 @@ def _rank_main(run_dir: Path, rank: int, port: int) -> None:
     main(["--run-dir", str(run_dir), "--rank", str(rank), "--store-port", str(port)])
 
 
-def _failure_cause(run_dir: Path, procs: list[multiprocessing.Process], first: int) -> str:
+def _failure_cause(run_dir: Path, procs: list[multiprocessing.Process]) -> str:
     """One line naming the rank, what happened to it and its last iteration."""
     reports = {}
     for rank in range(len(procs)):
         path = run_dir / f"error.rank{rank}.json"
         if path.exists():
             reports[rank] = read_json(path)
-    code = procs[first].exitcode
-    if code < 0 and first not in reports:
-        name = signal.Signals(-code).name
-        last = _last_iteration(run_dir, first)
-        return f"rank {first} was killed by {name} (last iteration {last})"
+    codes = {r: p.exitcode for r, p in enumerate(procs)}
+    # A rank killed by a signal could not report; its peers' reports are symptoms of it.
+    killed = [r for r, c in codes.items() if c is not None and c < 0 and r not in reports]
+    if killed:
+        rank = killed[0]
+        name = signal.Signals(-codes[rank]).name
+        return f"rank {rank} was killed by {name} (last iteration {_last_iteration(run_dir, rank)})"
     if reports:
-        # The earliest report is the root cause; later ones are usually peers timing out on it.
-        rank, report = min(reports.items(), key=lambda item: item[1]["time_ns"])
+        # The root cause is the earliest report that is not a peer's symptom (a reset connection
+        # or a timeout caused by the failed rank).
+        rank, report = min(reports.items(),
+                           key=lambda item: (_is_comm_symptom(item[1]), item[1]["time_ns"]))
         where = f"in {report['phase']}"
         if report.get("iteration") is not None:
             where += f" at iteration {report['iteration']}"
         message = report["message"].splitlines()[0] if report["message"] else ""
-        return f"rank {rank} raised {report['exception']} {where}: {message}"[:500]
-    return f"rank {first} exited with code {code} (see worker.rank{first}.log)"
+        cause = f"rank {rank} raised {report['exception']} {where}: {message}"
+        silent = [r for r, p in enumerate(procs) if p.exitcode is None and r not in reports]
+        if _is_comm_symptom(report) and silent:
+            # Peers failing on communication while a rank neither failed nor finished: hung.
+            cause = (f"rank {silent[0]} hung (no progress, no error) at iteration "
+                     f"{_last_iteration(run_dir, silent[0])}; {cause}")
+        return cause[:500]
+    rank, code = next((r, c) for r, c in codes.items() if c not in (None, 0))
+    return f"rank {rank} exited with code {code} (see worker.rank{rank}.log)"
+
+
+def _is_comm_symptom(report: dict) -> bool:
+    message = report.get("message", "").lower()
+    return any(s in message for s in ("connection reset", "connection closed", "timed out",
+                                      "broken pipe", "gloo", "nccl"))
+
+
+def _hang_cause(run_dir: Path, procs: list[multiprocessing.Process], workers: int,
+                limit_s: float) -> str:
+    last = {r: _last_iteration(run_dir, r) for r in range(workers)}
+    running = [r for r, p in enumerate(procs) if p.exitcode is None]
+    behind = min(running, key=lambda r: last.get(r) or -1) if running else None
+    return (f"no rank made progress for {limit_s:.0f} s; rank {behind} is furthest behind "
+            f"(last iteration {last.get(behind)}); ranks still running: {running}")
 
 
 def _last_iteration(run_dir: Path, rank: int) -> int | None:

@@ -32,7 +32,7 @@ AXES = {"algorithms": str, "workloads": str, "workers": int, "slowdown": str, "s
 SCALARS = {
     "iterations": int, "seconds": float, "pace_ms": float, "warmup_iterations": int,
     "comm_timeout_s": float, "eval_interval_s": float, "device": str, "save_models": bool,
-    "launcher": str,
+    "launcher": str, "fault": str, "bind_host": str,
 }
 TABLES = ("algorithm", "workload")
 DEFAULTS: dict[str, Any] = {"slowdown": ["none"], "seeds": [1]}

@@ -21,6 +21,7 @@ from hetbench.algorithms.base import Algorithm
 from hetbench.harness.comm import Comm, ReduceOp
 from hetbench.harness.config import SCHEMA_VERSION, RunConfig
 from hetbench.harness.context import WorkerContext
+from hetbench.harness.faults import parse_fault
 from hetbench.harness.store import EventLog, read_json, write_json_atomic
 from hetbench.harness.tensors import flat_params, params_of, set_flat_params
 from hetbench.workloads.base import Workload
@@ -72,7 +73,7 @@ def _note(rank: int, what: str) -> None:
 
 
 def run_worker(run_dir: Path, rank: int, store_host: str, store_port: int) -> None:
-    _note(rank, "started")
+    _note(rank, f"started (pid {os.getpid()})")
     torch.set_num_threads(1)
     config = RunConfig.from_dict(read_json(run_dir / "config.json"))
     world_size = config.world_size
@@ -116,6 +117,11 @@ def run_worker(run_dir: Path, rank: int, store_host: str, store_port: int) -> No
             np.save(run_dir / f"model.rank{rank}.npy", flat_params(model).cpu().numpy())
         if not emulated:
             _evaluate(config, ctx, workload, model, snapshots, end_s, iterations_done, run_dir)
+    except BaseException:
+        # Stamp the failure before closing the group: closing resets peers' connections, and
+        # their reports must not look earlier than the cause.
+        _progress["failed_at_ns"] = time.time_ns()
+        raise
     finally:
         comm.close()
 
@@ -129,6 +135,7 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
     pace_s = config.pace_ms / 1000
     batch_size = options.batch_size
     agree_on_stop = algorithm.synchronous and config.seconds is not None
+    fault = parse_fault(config.fault, config.workers)
     batches = None
     if config.compute == "emulated":
         # Fixed, seeded gradients of the real shapes: real message sizes, no real compute.
@@ -169,6 +176,8 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
             slowdown_s = injector.delay_s(rank, iteration, elapsed_s, compute_s)
             if slowdown_s > 0:
                 time.sleep(slowdown_s)
+            if fault:
+                fault.maybe_fire(rank, iteration)
             t_sync = time.time_ns()
             info = algorithm.step(ctx, model, optimizer)
             t_end = time.time_ns()
@@ -217,6 +226,7 @@ def _evaluate(config: RunConfig, ctx: WorkerContext, workload: Workload, model,
     last_tick = int(agreed(int(end_s / snapshots.interval_s), ReduceOp.MIN))
     records = []
     for tick in range(0, last_tick + 1, stride):
+        _note(ctx.rank, f"evaluating snapshot {tick // stride + 1}/{last_tick // stride + 1}")
         iteration, flat = snapshots.at(tick)
         records.append({"kind": "snapshot", "wall_s": tick * snapshots.interval_s,
                         **score(flat, iteration)})
@@ -243,7 +253,8 @@ def main(argv: list[str] | None = None) -> None:
         write_json_atomic(args.run_dir / f"error.rank{rank}.json", {
             "rank": rank, "exception": type(exc).__name__, "message": str(exc).strip()[:2000],
             "phase": _progress["phase"], "iteration": _progress["iteration"],
-            "traceback": traceback.format_exc(), "time_ns": time.time_ns(),
+            "traceback": traceback.format_exc(),
+            "time_ns": _progress.get("failed_at_ns") or time.time_ns(),
         })
         traceback.print_exc()
         sys.stdout.flush()
