@@ -1,0 +1,159 @@
+"""Reporters on checked-in real results: loading, schema upgrade, tables, time to target."""
+
+import json
+import math
+
+import pytest
+
+from hetbench.errors import UserError
+from hetbench.harness.config import SCHEMA_VERSION
+from hetbench.reports import load_runs
+from hetbench.reports.load import load_evals, load_events
+from hetbench.reports.tables import prague_table, throughput_table, time_to_target_table
+from hetbench.reports.targets import (
+    Target,
+    parse_target,
+    parse_targets,
+    resolve_targets,
+    targets_from_matrix,
+)
+
+from .conftest import OLD_SCHEMA, RESULTS
+
+
+def summaries():
+    return {p.parent.name: json.loads(p.read_text()) for p in RESULTS.glob("*/summary.json")}
+
+
+def first_crossing(path, metric, value):
+    """Independent reference: wall_s of the first eval line meeting the target."""
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        ok = (record[metric] >= value) if metric == "test_accuracy" else (record[metric] <= value)
+        if ok:
+            return record["wall_s"]
+    return math.nan
+
+
+def test_load_runs_reads_every_run_with_status_and_cause():
+    runs = load_runs(RESULTS)
+    assert len(runs) == 7
+    failed = runs[runs["status"] != "ok"]
+    assert list(failed["algorithm"]) == ["allreduce"] and list(failed["slowdown"]) == ["det:200@1"]
+    assert "Timed out" in failed["cause"].iloc[0]
+    assert set(runs[runs["status"] == "ok"]["seed"]) == {1, 2}
+
+
+def test_old_schema_summary_is_upgraded_on_load():
+    raw = json.loads(next(OLD_SCHEMA.glob("*/summary.json")).read_text())
+    assert raw["schema_version"] == 0 and "throughput" not in raw
+    (row,) = load_runs(OLD_SCHEMA).to_dict("records")
+    assert row["throughput"] == raw["samples_per_s"]
+    assert row["compute"] == "real" and row["synthetic"] is False
+    assert row["schema_version"] == SCHEMA_VERSION
+    assert "samples_per_s" not in row
+
+
+def test_throughput_table_means_over_seeds_and_divides_by_allreduce():
+    table = throughput_table(load_runs(RESULTS)).set_index(["algorithm", "slowdown"])
+    by_key = {}
+    for s in summaries().values():
+        if s["status"] == "ok":
+            by_key.setdefault((s["algorithm"], s["slowdown"]), []).append(s["throughput"])
+    assert ("allreduce", "det:200@1") not in table.index  # the failed run is left out
+    for key, values in by_key.items():
+        assert table.loc[key, "seeds"] == len(values)
+        assert table.loc[key, "throughput"] == pytest.approx(sum(values) / len(values))
+    ratio = table.loc[("ps-async", "prob:3"), "throughput_vs_allreduce"]
+    ps, ar = by_key[("ps-async", "prob:3")], by_key[("allreduce", "prob:3")]
+    expected = (sum(ps) / 2) / (sum(ar) / 2)
+    assert ratio == pytest.approx(expected)
+    assert table.loc[("allreduce", "prob:3"), "throughput_vs_allreduce"] == 1.0
+    assert table.loc[("allreduce", "prob:3"), "throughput_std"] > 0
+
+
+def test_prague_table_blocks_normalise_to_allreduce_without_slowdown():
+    table = throughput_table(load_runs(RESULTS))
+    blocks = prague_table(table)
+    assert list(blocks) == ["none", "prob:3"]
+    assert list(blocks["prob:3"].columns) == ["workload", "allreduce", "ps-async"]
+    tp = table.set_index(["algorithm", "slowdown"])["throughput"]
+    row = blocks["prob:3"].set_index("workload").loc["mlp-digits"]
+    # Under slowdown even allreduce is below 1: it is divided by allreduce with no slowdown.
+    reference = tp[("allreduce", "none")]
+    assert row["allreduce"] == pytest.approx(tp[("allreduce", "prob:3")] / reference)
+    assert row["allreduce"] < 1
+    assert row["ps-async"] == pytest.approx(tp[("ps-async", "prob:3")] / reference)
+    assert blocks["none"].set_index("workload").loc["mlp-digits", "allreduce"] == 1.0
+
+
+def test_time_to_target_matches_the_eval_logs():
+    runs = load_runs(RESULTS)
+    evals = load_evals(runs)
+    assert set(evals["kind"]) == {"snapshot", "final"}
+    target = Target("accuracy", 0.6)
+    table = time_to_target_table(runs, evals, {"mlp-digits": target}).set_index(
+        ["algorithm", "slowdown"])
+    expected = {}
+    for path in RESULTS.glob("*/eval.jsonl"):
+        config = json.loads((path.parent / "config.json").read_text())
+        expected.setdefault((config["algorithm"], config["slowdown"]), []).append(
+            first_crossing(path, "test_accuracy", 0.6))
+    for key, times in expected.items():
+        assert table.loc[key, "time_to_target_s"] == pytest.approx(sum(times) / len(times))
+        assert table.loc[key, "reached"] == len(times)
+    # Hand-checked against the fixture files: allreduce first >= 0.6 at 0.5 s, ps-async at 0.3 s.
+    assert table.loc[("allreduce", "none"), "time_to_target_s"] == pytest.approx(0.5)
+    assert table.loc[("ps-async", "none"), "time_to_target_s"] == pytest.approx(0.3)
+    assert table.loc[("ps-async", "none"), "speedup_vs_allreduce"] == pytest.approx(0.5 / 0.3)
+    assert table.loc[("allreduce", "none"), "target"] == "test accuracy >= 0.6"
+
+
+def test_unreachable_target_is_not_reached_rather_than_zero():
+    runs = load_runs(RESULTS)
+    table = time_to_target_table(runs, load_evals(runs), {"mlp-digits": Target("loss", 0.01)})
+    assert (table["reached"] == 0).all() and table["time_to_target_s"].isna().all()
+
+
+def test_loss_targets_are_met_from_above():
+    runs = load_runs(RESULTS)
+    table = time_to_target_table(runs, load_evals(runs), {"mlp-digits": Target("loss", 2.2)})
+    path = next(RESULTS.glob("allreduce-mlp-digits-w2-none-*/eval.jsonl"))
+    row = table.set_index(["algorithm", "slowdown"]).loc[("allreduce", "none")]
+    assert row["time_to_target_s"] == pytest.approx(first_crossing(path, "test_loss", 2.2))
+
+
+def test_auto_target_is_below_every_runs_final_accuracy():
+    runs = load_runs(RESULTS)
+    evals = load_evals(runs)
+    (target,) = resolve_targets(evals, {}).values()
+    finals = evals[evals["kind"] == "final"]["test_accuracy"]
+    assert target.source == "auto" and target.metric == "accuracy"
+    assert target.value == math.floor(finals.min() * 0.9 * 100) / 100
+    table = time_to_target_table(runs, evals, {"mlp-digits": target})
+    assert (table["reached"] == table["seeds"]).all()
+    given = resolve_targets(evals, parse_targets(["loss:1.9"]))
+    assert given["mlp-digits"] == Target("loss", 1.9)
+
+
+@pytest.mark.parametrize("text", ["bad", "accuracy", "accuracy:x", "accuracy:1.5", "speed:3"])
+def test_bad_targets_are_one_line_user_errors(text):
+    with pytest.raises(UserError, match="accuracy:") as info:
+        parse_target(text)
+    assert "\n" not in str(info.value)
+
+
+def test_matrix_targets_string_or_per_workload_table():
+    assert targets_from_matrix({"target": "loss:0.5"}) == {"*": Target("loss", 0.5, "matrix")}
+    assert targets_from_matrix({"target": {"svm": "accuracy:0.8"}}) == {
+        "svm": Target("accuracy", 0.8, "matrix")}
+    assert targets_from_matrix({}) == {}
+    with pytest.raises(UserError, match="target must be"):
+        targets_from_matrix({"target": 0.8})
+
+
+def test_load_events_is_every_rank_in_order():
+    run = next(RESULTS.glob("allreduce-mlp-digits-w2-none-*"))
+    events = load_events(run)
+    assert list(events["rank"].unique()) == [0, 1]
+    assert len(events) == 80
