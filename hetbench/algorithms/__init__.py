@@ -12,4 +12,6 @@ ALGORITHMS: Registry = Registry("algorithm", "hetbench.algorithms", {
     "prague-static": "hetbench.algorithms.prague.static:PragueStatic",
     "prague-smart": "hetbench.algorithms.prague.smart:PragueSmart",
     "prague-random": "hetbench.algorithms.prague.random:PragueRandom",
+    # The template to copy when adding an algorithm (a real one: local SGD).
+    "local-sgd": "hetbench.algorithms.template:LocalSGD",
 })

@@ -1,0 +1,64 @@
+"""Local SGD (periodic model averaging): a complete, small algorithm to copy when adding one.
+
+Each worker takes `period` purely local SGD steps, then all workers replace their models with the
+average. It is a real algorithm (with period = 1 and no momentum it is All-Reduce SGD), kept short
+so the whole Algorithm contract is visible in one screen:
+
+1. Options: a frozen kw_only dataclass; each field's `opt(default, doc)` shows up in `bench list`
+   and can be set from a matrix file as `[algorithm.local-sgd] period = 8`.
+2. `validate` rejects bad values before any process starts (raise UserError, one line).
+3. `setup` runs on every rank before the clock starts: create process groups here.
+4. `step` is called after forward/backward with gradients in p.grad: apply the local update and
+   synchronize through ctx.comm (never torch.distributed directly). Return a StepInfo: time you
+   spent blocked on peers (wait_s) and any per-iteration fields for the event log.
+5. `synchronous = True` because every worker takes part in every average; asynchronous
+   algorithms set it False and drain in `finish`.
+
+To ship your own as a plugin, put the class in your package and declare an entry point:
+
+    [project.entry-points."hetbench.algorithms"]
+    my-algo = "my_package.my_module:MyAlgorithm"
+
+`bench list` then shows it and `bench run --algorithms my-algo,allreduce` compares it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hetbench.algorithms.base import Algorithm, StepInfo
+from hetbench.errors import UserError
+from hetbench.harness.options import opt
+from hetbench.harness.tensors import flat_params, set_flat_params
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalSGDOptions:
+    period: int = opt(4, "local steps between two model averages")
+
+
+class LocalSGD(Algorithm):
+    name = "local-sgd"
+    description = "local SGD: `period` local steps, then all workers average their models"
+    Config = LocalSGDOptions
+
+    @classmethod
+    def validate(cls, config, workers):
+        if config.period < 1:
+            raise UserError(f"local-sgd: period must be >= 1, got {config.period}")
+
+    def setup(self, ctx, model, optimizer):
+        self.steps = 0
+
+    @torch.no_grad()
+    def step(self, ctx, model, optimizer):
+        optimizer.step()
+        self.steps += 1
+        if self.steps % self.config.period:
+            return StepInfo(fields={"averaged": False})
+        params = flat_params(model)
+        ctx.comm.average_(params, members=ctx.worker_ranks)
+        set_flat_params(model, params)
+        return StepInfo(fields={"averaged": True})
