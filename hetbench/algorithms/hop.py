@@ -58,10 +58,12 @@ TAG = 41
 
 @dataclass(frozen=True, kw_only=True)
 class HopOptions(GossipOptions):
-    backup_workers: int = opt(0, "neighbour updates not waited for each iteration (b)")
+    # The defaults are the heterogeneity-aware protocol; backup_workers = 0 and skip = false
+    # (staleness 0) make it D-PSGD, number for number.
+    backup_workers: int = opt(1, "neighbour updates not waited for each iteration (b)")
     staleness: int = opt(0, "accept a neighbour's newest update from iteration >= k - staleness")
     max_iteration_gap: int = opt(4, "tokens per edge: most iterations ahead of any neighbour")
-    skip: bool = opt(False, "a worker far behind its neighbours jumps its iteration forward")
+    skip: bool = opt(True, "a worker far behind its neighbours jumps its iteration forward")
     skip_threshold: int = opt(2, "skip when a neighbour is more than this many iterations ahead")
 
     def __post_init__(self):
@@ -100,7 +102,8 @@ class Hop(Algorithm):
         if config.backup_workers >= degree:
             raise UserError(
                 f"algorithm hop: backup_workers ({config.backup_workers}) must be below the "
-                f"in-degree ({degree}) of topology {config.topology} with {workers} workers")
+                f"in-degree ({degree}) of topology {config.topology} with {workers} workers; "
+                f"set [algorithm.hop] backup_workers = {degree - 1}")
 
     def setup(self, ctx, model, optimizer):
         graph = gossip_graph(self.config, ctx.workers)

@@ -12,6 +12,9 @@ from hetbench.harness.config import RunConfig
 from tests.dist.test_dpsgd import drive
 from tests.helpers import events, final_models, on_ranks, run_config
 
+#: Hop options under which it must be D-PSGD exactly.
+D_PSGD_KNOBS = {"backup_workers": 0, "staleness": 0, "skip": False}
+
 
 def entries(events_of_worker: list[dict]) -> list[tuple[int, int]]:
     """(time in ns, iteration) each time a worker entered an iteration: the start of each logged
@@ -49,8 +52,9 @@ def test_the_gap_check_catches_a_worker_running_ahead():
 def test_hop_with_its_knobs_off_is_dpsgd_parameter_for_parameter(tmp_path):
     common = {"workload": "mlp-digits", "workers": 4, "iterations": 25, "seed": 3,
               "save_models": True, "warmup_iterations": 2}
-    for name in ("dpsgd", "hop"):
-        assert run_config(tmp_path / name, algorithm=name, **common)["status"] == "ok"
+    assert run_config(tmp_path / "dpsgd", algorithm="dpsgd", **common)["status"] == "ok"
+    assert run_config(tmp_path / "hop", algorithm="hop", algorithm_options=D_PSGD_KNOBS,
+                      **common)["status"] == "ok"
     hop, dpsgd = final_models(tmp_path / "hop", 4), final_models(tmp_path / "dpsgd", 4)
     assert not np.array_equal(dpsgd[0], dpsgd[1])  # the workers really differ
     for h, d in zip(hop, dpsgd, strict=True):
@@ -59,7 +63,7 @@ def test_hop_with_its_knobs_off_is_dpsgd_parameter_for_parameter(tmp_path):
 
 def test_hop_is_dpsgd_on_another_graph_and_weights():
     options = {"topology": "exponential", "weights": "metropolis"}
-    hop = on_ranks(drive, 5, "hop", options, 8, 0.1)
+    hop = on_ranks(drive, 5, "hop", {**options, **D_PSGD_KNOBS}, 8, 0.1)
     dpsgd = on_ranks(drive, 5, "dpsgd", options, 8, 0.1)
     for (_, h, _), (_, d, _) in zip(hop, dpsgd, strict=True):
         np.testing.assert_array_equal(h, d)
@@ -112,8 +116,10 @@ def test_a_deterministic_straggler_skips_and_the_others_keep_pace(tmp_path):
     ({"staleness": -1}, "staleness must be >= 0"),
     ({"max_iteration_gap": 0}, "max_iteration_gap must be >= 1"),
     ({"skip": True, "skip_threshold": 4}, "skip_threshold"),
+    ({}, "backup_workers = 0"),  # the default b = 1 on a 2-worker ring, whose degree is 1
     ({"topology": "star"}, "must be one of"),
 ])
 def test_bad_options_fail_before_any_process_starts(options, message):
     with pytest.raises(UserError, match=message):
-        RunConfig(algorithm="hop", workload="mlp-digits", workers=4, algorithm_options=options)
+        RunConfig(algorithm="hop", workload="mlp-digits", workers=2 if not options else 4,
+                  algorithm_options=options)
