@@ -48,6 +48,8 @@ class Report:
     targets: dict[str, Target]
     time_to_target: pd.DataFrame
     extra: tuple[Section, ...] = ()
+    #: run_id drawn in timeline.png, once drawn.
+    timeline_of: str | None = None
 
     @property
     def failed(self) -> pd.DataFrame:
@@ -114,6 +116,7 @@ def write_report(results_dir: Path, baseline: str = "allreduce",
         warmup = run.get("warmup_iterations")
         paths["timeline"] = timeline_plot(run["run_dir"], out / "timeline.png",
                                           5 if pd.isna(warmup) else int(warmup))
+        report.timeline_of = run["run_id"]
     images = [p for k, p in paths.items() if k.startswith("plot") or k == "timeline"]
     paths["md"] = out / "report.md"
     _write_atomic(paths["md"], markdown(report, images))
@@ -146,7 +149,10 @@ def markdown(report: Report, images: list[Path]) -> str:
                  else "No run has evaluations (emulated compute measures throughput only).")
     if images:
         parts += ["", "## Plots", ""]
-        parts += [f"![{p.stem}]({p.name})" for p in images]
+        for path in images:
+            if path.stem == "timeline":
+                parts += ["", TIMELINE_TEXT.format(run=report.timeline_of), ""]
+            parts.append(f"![{path.stem}]({path.name})")
     if not report.failed.empty:
         parts += ["", "## Runs not ok", "",
                   to_markdown(report.failed[["run_id", "status", "cause"]].fillna(""))]
@@ -180,6 +186,8 @@ def html_page(report: Report, images: list[Path]) -> Page:
     if images:
         page.heading("Plots")
         for path in images:
+            if path.stem == "timeline":
+                page.paragraph(TIMELINE_TEXT.format(run=report.timeline_of), "note")
             page.image(path, path.stem)
     if not report.failed.empty:
         page.heading("Runs not ok")
@@ -202,6 +210,10 @@ TTT_TEXT = (
     "Wall seconds (and iterations) until the averaged model first meets the target at an "
     "evaluation point (resolution: the runs' eval_interval_s), mean over the seeds that reached "
     "it; speedup_vs_{baseline} = {baseline}'s time / this time (> 1 is faster).")
+
+TIMELINE_TEXT = (
+    "Timeline of run {run}: each worker's compute, injected slowdown, waiting and communication "
+    "per iteration (`bench report --timeline RUN_ID` draws another run).")
 
 
 def metadata(runs: pd.DataFrame) -> pd.DataFrame:

@@ -1,0 +1,203 @@
+"""`bench report`, `bench compare` and `bench reproduce` on the checked-in fixtures."""
+
+import base64
+import csv
+import io
+import json
+import math
+import re
+import subprocess
+
+import pandas as pd
+import pytest
+
+from hetbench.errors import UserError
+from hetbench.reports import load_runs
+from hetbench.reports.compare import Interval, compare_frame, ratio
+from hetbench.reports.load import load_evals
+from hetbench.reports.published import PRAGUE, Published, measured_vs_published
+from hetbench.reports.report import write_report
+from hetbench.reports.reproduce import check_available, matrix_path
+from hetbench.reports.targets import Target
+from hetbench.reports.timeline import choose_run
+
+from .conftest import RESULTS
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_write_report_writes_every_file(results):
+    paths = write_report(results, targets={"mlp-digits": Target("accuracy", 0.6)})
+    names = {p.name for p in paths.values()}
+    assert {"report.csv", "report.md", "report.html", "time_to_target.csv", "timeline.png",
+            "convergence-mlp-digits-w2-time.png",
+            "convergence-mlp-digits-w2-iterations.png"} == names
+    for path in paths.values():
+        assert path.is_file() and path.stat().st_size > 0
+    with paths["csv"].open() as f:
+        header = next(csv.reader(f))
+    assert header[:6] == ["algorithm", "workload", "workers", "slowdown", "throughput",
+                          "throughput_vs_allreduce"]
+    md = paths["md"].read_text()
+    assert "### slowdown: prob:3" in md and "### slowdown: none" in md
+    assert "## Runs not ok" in md and "det:200@1" not in md.split("## Runs not ok")[0]
+    assert "Timed out" in md  # the failed run's cause
+    assert "Pacing on: a floor of 10 ms" in md
+    assert "Target for mlp-digits: test accuracy >= 0.6 (from --target)" in md
+    ttt = pd.read_csv(paths["time_to_target_csv"]).set_index(["algorithm", "slowdown"])
+    assert ttt.loc[("allreduce", "none"), "time_to_target_s"] == pytest.approx(0.5)
+
+
+def test_html_is_self_contained_with_every_image(results):
+    paths = write_report(results)
+    page = paths["html"].read_text()
+    images = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    pngs = [p for p in paths.values() if p.suffix == ".png"]
+    assert len(images) == len(pngs) == 3
+    for data in images:
+        width, height = png_size(base64.b64decode(data))
+        assert width > 100 and height > 100
+    assert "src=\"http" not in page and "<script" not in page and "<link" not in page
+    assert page.count("<table") >= 5  # 2 Prague blocks, throughput, time to target, metadata
+    env = json.loads(next(RESULTS.glob("allreduce-*-none-*/env.json")).read_text())
+    assert env["git_sha"][:10] in page and env["torch"] in page and env["hostname"] in page
+
+
+def test_timeline_default_is_the_baseline_run_with_most_slowdown():
+    runs = load_runs(RESULTS)
+    run = choose_run(runs)
+    ok_allreduce = runs[(runs["algorithm"] == "allreduce") & (runs["status"] == "ok")]
+    assert run["run_id"] == ok_allreduce.loc[ok_allreduce["slowdown_s"].idxmax(), "run_id"]
+    assert run["slowdown"] == "prob:3"
+    assert choose_run(runs, wanted="ps-async-mlp-digits-w2-none")["algorithm"] == "ps-async"
+    with pytest.raises(UserError, match="matches 2 runs"):
+        choose_run(runs, wanted="ps-async-mlp-digits-w2-prob")
+
+
+def test_compare_marks_what_the_seeds_do_not_support():
+    runs = load_runs(RESULTS)
+    evals = load_evals(runs)
+    frame = compare_frame(runs, evals, "allreduce", {"mlp-digits": Target("accuracy", 0.6)})
+    frame = frame.set_index("slowdown")
+    one_seed = frame.loc["none"]
+    assert one_seed["throughput_note"] == "unsupported: 1 seed"
+    assert math.isnan(one_seed["throughput_low"])
+    two = frame.loc["prob:3"]
+    tp = runs[runs["slowdown"] == "prob:3"].groupby("algorithm")["throughput"]
+    a, b = Interval.of(tp.get_group("ps-async")), Interval.of(tp.get_group("allreduce"))
+    assert two["throughput_ratio"] == pytest.approx(a.mean / b.mean)
+    assert two["throughput_low"] == pytest.approx(a.low / b.high)
+    assert two["seeds"] == 2 and two["baseline_seeds"] == 2
+    overlap = a.low <= b.high and b.low <= a.high
+    assert (two["throughput_note"] == "unsupported: intervals overlap") == overlap
+    # allreduce reached 0.6 at 1.0 s with both seeds; ps-async at 0.5 s and 0.7 s.
+    assert two["time_to_target_ratio"] == pytest.approx(0.6 / 1.0)
+
+
+def test_ratio_support_rule():
+    apart = ratio(Interval(10, 9, 11, 3), Interval(5, 4, 6, 3))
+    assert apart[0] == 2 and apart[3] == ""
+    assert apart[1] == pytest.approx(9 / 6) and apart[2] == pytest.approx(11 / 4)
+    assert ratio(Interval(10, 5, 15, 3), Interval(9, 7, 11, 3))[3] == (
+        "unsupported: intervals overlap")
+    assert ratio(Interval(10, 5, 15, 3), Interval(9, math.nan, math.nan, 1))[3] == (
+        "unsupported: 1 seed")
+    interval = Interval.of([1.0, 2.0, 3.0])
+    # t(0.975, 2) = 4.303; sd = 1; half width = 4.303 / sqrt(3)
+    assert interval.high - interval.mean == pytest.approx(4.3027 / math.sqrt(3), rel=1e-4)
+
+
+def test_published_vs_measured_places_ours_beside_theirs():
+    throughput = pd.DataFrame([
+        {"algorithm": "allreduce", "workload": "resnet18", "workers": 16, "slowdown": "none",
+         "throughput": 100.0},
+        {"algorithm": "prague-smart", "workload": "resnet18", "workers": 16, "slowdown": "none",
+         "throughput": 90.0},
+        {"algorithm": "allreduce", "workload": "resnet18", "workers": 16, "slowdown": "prob:5",
+         "throughput": 30.0},
+    ])
+    table = measured_vs_published(PRAGUE, throughput, pd.DataFrame())
+    smart = table[(table["source"] == "Prague slides") & (table["algorithm"] == "prague-smart")
+                  & (table["workload"] == "resnet18") & (table["slowdown"] == "none")].iloc[0]
+    assert smart["published"] == "1.1" and smart["measured"] == pytest.approx(0.9)
+    assert smart["shape"] == "differs"  # theirs above 1, ours below
+    slowed = table[(table["algorithm"] == "allreduce") & (table["slowdown"] == "prob:5")].iloc[0]
+    assert slowed["measured"] == pytest.approx(0.3) and slowed["shape"] == "same"
+    assert slowed["vs"] == "allreduce (none)"
+    resnet200 = table[table["workload"] == "resnet200"]
+    assert (resnet200["measured as"] == "not run").all() and resnet200["measured"].isna().all()
+    qualitative = measured_vs_published(
+        [Published("Hop", "prague-smart", "allreduce", "resnet18", "none", "speedup", None)],
+        throughput, pd.DataFrame()).iloc[0]
+    assert qualitative["published"] == "> 1 (significant)" and qualitative["shape"] == "differs"
+
+
+def test_reproduce_fails_in_one_line_when_an_algorithm_is_unavailable(monkeypatch):
+    from hetbench.algorithms import ALGORITHMS
+
+    ALGORITHMS.names()  # load plugins first, so the patch below is not overwritten
+    monkeypatch.setitem(ALGORITHMS._targets, "not-landed", "hetbench.algorithms.not_landed:X")
+    with pytest.raises(UserError) as info:
+        check_available(["allreduce", "not-landed"], "prague")
+    message = str(info.value)
+    assert "\n" not in message and "'not-landed'" in message and "bench list" in message
+    with pytest.raises(UserError, match="unknown reproduction"):
+        matrix_path("ripples", quick=False)
+
+
+@pytest.mark.parametrize("name", ["prague", "hop"])
+@pytest.mark.parametrize("quick", [False, True])
+def test_reproduce_matrices_expand(name, quick):
+    from hetbench.harness.matrix import expand, load_matrix_file
+    from hetbench.reports.published import PUBLISHED
+    from hetbench.reports.targets import targets_from_matrix
+
+    spec = load_matrix_file(matrix_path(name, quick))
+    try:
+        configs = expand(spec)
+    except UserError as exc:
+        if "unavailable" in str(exc):
+            pytest.skip(f"an algorithm has not landed yet: {exc}")
+        raise
+    targets_from_matrix(spec)
+    algorithms = {c.algorithm for c in configs}
+    # Every algorithm of a published figure on a workload we run is in the matrix.
+    workloads = {c.workload for c in configs}
+    for fig in PUBLISHED[name]:
+        if fig.workload in workloads:
+            assert {fig.algorithm, fig.reference} <= algorithms
+    if name == "prague":
+        assert {c.compute for c in configs} == {"emulated"}
+
+
+def run_bench(bench_cmd, cli_env, *args):
+    return subprocess.run([*bench_cmd, *args], capture_output=True, text=True, env=cli_env,
+                          timeout=120, stdin=subprocess.DEVNULL)
+
+
+def test_cli_compare_and_report_on_fixtures(results, bench_cmd, cli_env):
+    compared = run_bench(bench_cmd, cli_env, "compare", str(results), "--target",
+                         "accuracy:0.6")
+    assert compared.returncode == 0, compared.stderr
+    lines = [line for line in compared.stdout.splitlines() if line.startswith("| ps-async")]
+    assert len(lines) == 2 and "unsupported: 1 seed" in lines[0]
+    assert re.search(r"\| prob:3 \| 2 vs 2 \| [0-9.]+ \[[0-9.]+, [0-9.]+\]", lines[1])
+    reported = run_bench(bench_cmd, cli_env, "report", str(results), "--timeline",
+                         "ps-async-mlp-digits-w2-none")
+    assert reported.returncode == 0, reported.stderr
+    assert "Timeline of run ps-async-mlp-digits-w2-none-s1-" in (results / "report.md").read_text()
+    bad = run_bench(bench_cmd, cli_env, "report", str(results), "--target", "speed:2")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert bad.stderr.startswith("error: target 'speed:2'")
+    baseline = run_bench(bench_cmd, cli_env, "compare", str(results), "--baseline", "hop")
+    assert baseline.returncode == 2 and "pick one with --baseline" in baseline.stderr
+
+
+def test_report_csv_parses_back(results):
+    paths = write_report(results)
+    frame = pd.read_csv(io.StringIO(paths["csv"].read_text()))
+    assert set(frame["algorithm"]) == {"allreduce", "ps-async"}
+    assert (frame[frame["algorithm"] == "allreduce"]["throughput_vs_allreduce"] == 1.0).all()
