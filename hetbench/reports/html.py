@@ -15,7 +15,7 @@ STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
 h1 { font-size: 1.5em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; }
 table { border-collapse: collapse; margin: .5em 0 1.2em; font-size: .85em; }
-th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: right; }
+th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: right; white-space: nowrap; }
 th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
 img { max-width: 100%; border: 1px solid #eee; margin: .5em 0; }
 .note { color: #555; } code { background: #f3f3f3; padding: 0 .2em; }
