@@ -1,6 +1,7 @@
 """Bad input through the real CLI: one line naming the problem, exit code 2, no traceback."""
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -24,9 +25,41 @@ def cases(tmp_path):
     trace = tmp_path / "trace.csv"
     trace.write_text("0,0,not-a-number,2\n")
     # A path under a regular file can't be created, even by root (CI runs as root).
+    tmp_path.mkdir(parents=True, exist_ok=True)
     a_file = tmp_path / "a-file"
     a_file.write_text("")
+    def matrix(name, body, algorithm="allreduce", workload="mlp-digits", workers=4):
+        path = tmp_path / f"{name}.toml"
+        path.write_text(f'algorithms = ["{algorithm}"]\nworkloads = ["{workload}"]\n'
+                        f"workers = [{workers}]\niterations = 20\n{body}\n")
+        return ["run", str(path)]
+
     return {
+        "group size above workers": (matrix("g", "[algorithm.prague-smart]\ngroup_size = 8",
+                                            "prague-smart"), "group_size"),
+        "workers per node not dividing": (matrix(
+            "n", "[algorithm.prague-static]\nworkers_per_node = 3", "prague-static"),
+            "workers_per_node"),
+        "backup workers >= in-degree": (matrix("b", "[algorithm.hop]\nbackup_workers = 2",
+                                               "hop"), "backup_workers"),
+        "negative staleness": (matrix("s", "[algorithm.hop]\nstaleness = -1", "hop"),
+                               "staleness"),
+        "unknown topology": (matrix("t", '[algorithm.dpsgd]\ntopology = "star"', "dpsgd"),
+                             "topology must be one of"),
+        "string for a boolean": (matrix("y", '[algorithm.hop]\nskip = "yes"', "hop"),
+                                 "skip must be true or false"),
+        "local-sgd period 0": (matrix("p", "[algorithm.local-sgd]\nperiod = 0", "local-sgd"),
+                               "period must be >= 1"),
+        "missing libsvm file": (matrix("l", '[workload.svm]\ndata_file = "/nope/train.svm"',
+                                       workload="svm"), "does not exist"),
+        "unknown fault": (matrix("f", 'fault = "explode"'), "expected crash@R:I"),
+        "unknown device": (matrix("d", 'device = "tpu"'), "device must be"),
+        "launcher not built": (matrix("r", 'launcher = "torchrun"'), "not built yet"),
+        "options for an algorithm not in the matrix": (
+            matrix("o", "[algorithm.hop]\nstaleness = 1"), "names an algorithm not in"),
+        "seeds not integers": ([*BASE, "--algorithms", "allreduce", "--seeds", "a,b"],
+                               "--seeds"),
+        "no algorithms": (["run", "--workloads", "svm", "--workers", "2"], "no algorithms"),
         "unknown algorithm": ([*BASE, "--algorithms", "nope"], "unknown algorithm 'nope'"),
         "unknown workload": (["run", "--algorithms", "allreduce", "--workloads", "mnist",
                               "--workers", "2"], "unknown workload 'mnist'"),
@@ -66,7 +99,14 @@ def cases(tmp_path):
     }
 
 
-@pytest.mark.parametrize("name", sorted(cases(__import__("pathlib").Path("/tmp"))))
+#: Cases `make test` runs; the rest (each a real CLI start, seconds apiece) run under CI.
+QUICK = {"unknown algorithm", "one worker", "malformed toml", "missing data dir",
+         "group size above workers", "unknown slowdown"}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=() if name in QUICK else pytest.mark.slow)
+    for name in sorted(cases(Path("/tmp/hetbench-case-names")))])
 def test_bad_input_gives_one_line_and_exit_2(tmp_path, bench_cmd, cli_env, name):
     args, expected = cases(tmp_path)[name]
     result = subprocess.run([*bench_cmd, *args], capture_output=True, text=True, env=cli_env,
