@@ -1,6 +1,7 @@
 """Bad input through the real CLI: one line naming the problem, exit code 2, no traceback."""
 
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,6 @@ def cases(tmp_path):
     trace = tmp_path / "trace.csv"
     trace.write_text("0,0,not-a-number,2\n")
     # A path under a regular file can't be created, even by root (CI runs as root).
-    tmp_path.mkdir(parents=True, exist_ok=True)
     a_file = tmp_path / "a-file"
     a_file.write_text("")
     def matrix(name, body, algorithm="allreduce", workload="mlp-digits", workers=4):
@@ -106,7 +106,7 @@ QUICK = {"unknown algorithm", "one worker", "malformed toml", "missing data dir"
 
 @pytest.mark.parametrize("name", [
     pytest.param(name, marks=() if name in QUICK else pytest.mark.slow)
-    for name in sorted(cases(Path("/tmp/hetbench-case-names")))])
+    for name in sorted(cases(Path(tempfile.mkdtemp(prefix="hetbench-cases-"))))])
 def test_bad_input_gives_one_line_and_exit_2(tmp_path, bench_cmd, cli_env, name):
     args, expected = cases(tmp_path)[name]
     result = subprocess.run([*bench_cmd, *args], capture_output=True, text=True, env=cli_env,
