@@ -1,7 +1,7 @@
 """Injected faults, for testing that failures end a run cleanly (never for benchmarking).
 
 A spec names what happens to which worker at which iteration:
-    crash@R:I   worker R raises an exception before its step at iteration I
+    crash@R:I   worker R raises an exception before its step at iteration I (or the first after)
     kill@R:I    worker R sends itself SIGKILL at iteration I (no chance to report)
     hang@R:I    worker R sleeps forever at iteration I (peers must time out)
 """
@@ -30,7 +30,8 @@ class Fault:
     iteration: int
 
     def maybe_fire(self, worker: int, iteration: int) -> None:
-        if worker != self.worker or iteration != self.iteration:
+        # >= rather than ==: an algorithm that skips iterations (Hop) may jump past I.
+        if worker != self.worker or iteration < self.iteration:
             return
         if self.kind == "crash":
             raise InjectedFault(f"injected crash of worker {worker} at iteration {iteration}")

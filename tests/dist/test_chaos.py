@@ -1,0 +1,79 @@
+"""Chaos: randomized runs of the asynchronous algorithms with random faults.
+
+Every run must end within the bound (no hang), fail exactly when a fault was injected and name
+the right cause, leave no process behind, and lose no record (every event line parses, every run
+has a summary). Set HETBENCH_CHAOS_REPORT=path to keep the tally as JSON (BENCHMARKS.md cites it).
+"""
+
+import json
+import os
+import time
+
+import numpy as np
+import pytest
+
+from hetbench.harness.config import RunConfig
+from hetbench.harness.launcher import LocalLauncher
+from hetbench.harness.store import read_jsonl
+from tests.dist.test_faults import BOUND_S, assert_no_survivors
+
+RUNS = 100
+ALGORITHMS = ["adpsgd", "prague-smart", "hop"]
+EXPECTED_CAUSE = {
+    "crash": ("raised InjectedFault",),
+    "kill": ("was killed by SIGKILL",),
+    "hang": ("hung", "no rank made progress"),
+}
+
+
+def random_run(rng: np.random.Generator, index: int) -> dict:
+    algorithm = ALGORITHMS[index % len(ALGORITHMS)]
+    workers = int(rng.integers(2, 7))
+    slowdown = rng.choice(["none", "prob:5", f"det:4@{rng.integers(workers)}"])
+    fault_kind = rng.choice(["none", "crash", "kill", "hang"], p=[0.4, 0.2, 0.2, 0.2])
+    iterations = int(rng.integers(20, 40))
+    fault = "" if fault_kind == "none" else (
+        f"{fault_kind}@{rng.integers(workers)}:{rng.integers(6, iterations - 5)}")
+    options = {"group_size": min(workers, 3)} if algorithm == "prague-smart" else {}
+    return dict(algorithm=algorithm, workload="mlp-digits", workers=workers,
+                slowdown=str(slowdown), iterations=iterations, warmup_iterations=3,
+                pace_ms=2.0, seed=int(rng.integers(1, 10_000)), fault=fault,
+                comm_timeout_s=4.0, eval_interval_s=5.0, algorithm_options=options)
+
+
+@pytest.mark.slow
+def test_chaos(tmp_path):
+    rng = np.random.default_rng(20261122)
+    tally = {"runs": 0, "hangs": 0, "ok": 0, "failed_with_correct_cause": 0,
+             "wrong_outcome": [], "lost_records": 0, "max_run_s": 0.0}
+    for index in range(RUNS):
+        fields = random_run(rng, index)
+        run_dir = tmp_path / f"run{index:03d}"
+        start = time.time()
+        summary = LocalLauncher().run(RunConfig(**fields), run_dir)
+        took = time.time() - start
+        tally["runs"] += 1
+        tally["max_run_s"] = max(tally["max_run_s"], took)
+        if took > BOUND_S:
+            tally["hangs"] += 1
+        assert_no_survivors(run_dir, summary["world_size"])
+        for rank in range(fields["workers"]):
+            _, torn = read_jsonl(run_dir / f"events.rank{rank}.jsonl")
+            tally["lost_records"] += torn
+        json.loads((run_dir / "summary.json").read_text())  # parseable, whole
+        kind = fields["fault"].split("@")[0] if fields["fault"] else "none"
+        if kind == "none" and summary["status"] == "ok":
+            tally["ok"] += 1
+        elif kind != "none" and summary["status"] == "failed" and any(
+                cause in summary["cause"] for cause in EXPECTED_CAUSE[kind]):
+            tally["failed_with_correct_cause"] += 1
+        else:
+            tally["wrong_outcome"].append({**fields, "status": summary["status"],
+                                           "cause": summary["cause"]})
+    report = os.environ.get("HETBENCH_CHAOS_REPORT")
+    if report:
+        with open(report, "w") as f:
+            json.dump(tally, f, indent=2)
+    assert tally["hangs"] == 0, tally
+    assert tally["lost_records"] == 0, tally
+    assert not tally["wrong_outcome"], json.dumps(tally["wrong_outcome"], indent=1)
