@@ -141,6 +141,7 @@ def to_markdown(table: pd.DataFrame, floatfmt: str | None = None) -> str:
                 cells.append(format_number(value) if floatfmt is None
                              else "" if pd.isna(value) else format(value, floatfmt))
             else:
-                cells.append(str(value))
+                # A cause or path may hold a pipe or a newline; either would break the row.
+                cells.append(str(value).replace("|", "\\|").replace("\n", " "))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

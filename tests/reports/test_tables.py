@@ -3,6 +3,7 @@
 import json
 import math
 
+import pandas as pd
 import pytest
 
 from hetbench.errors import UserError
@@ -157,3 +158,10 @@ def test_load_events_is_every_rank_in_order():
     events = load_events(run)
     assert list(events["rank"].unique()) == [0, 1]
     assert len(events) == 80
+
+
+def test_markdown_cells_cannot_break_the_table():
+    from hetbench.reports.tables import to_markdown
+
+    text = to_markdown(pd.DataFrame({"cause": ["rank 1 | died\nhere"], "x": [1234.5]}))
+    assert text.splitlines()[2] == "| rank 1 \\| died here | 1,234 |"
