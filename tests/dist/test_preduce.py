@@ -16,12 +16,12 @@ def _one_group(comm, members):
     t = _values(comm.rank)
     if comm.rank in members:
         comm.p_reduce_(t, members)
-    return t
+    return t.tolist()  # not a tensor: torch would share it by fd with a process about to exit
 
 
 def test_members_hold_the_mean_and_non_members_are_untouched():
     members = [0, 2, 3]
-    results = on_ranks(_one_group, 5, members)
+    results = [torch.tensor(t, dtype=torch.float64) for t in on_ranks(_one_group, 5, members)]
     mean = torch.stack([_values(r) for r in members]).mean(0)
     for rank, t in enumerate(results):
         if rank in members:
@@ -46,7 +46,11 @@ def _rounds(comm, rounds, concurrent):
                 if comm.rank in members:
                     comm.p_reduce_(t, members)
                 comm.barrier()
-    return t, comm.preduce_cache_hits, comm.preduce_cache_misses
+    return t.tolist(), comm.preduce_cache_hits, comm.preduce_cache_misses
+
+
+def _as_tensors(results):
+    return [(torch.tensor(t, dtype=torch.float64), *rest) for t, *rest in results]
 
 
 ROUNDS = [
@@ -59,8 +63,8 @@ ROUNDS = [
 
 
 def test_concurrent_disjoint_groups_equal_sequential_and_hit_the_cache():
-    concurrent = on_ranks(_rounds, 6, ROUNDS, True)
-    sequential = on_ranks(_rounds, 6, ROUNDS, False)
+    concurrent = _as_tensors(on_ranks(_rounds, 6, ROUNDS, True))
+    sequential = _as_tensors(on_ranks(_rounds, 6, ROUNDS, False))
     for (a, _, _), (b, _, _) in zip(concurrent, sequential, strict=True):
         assert torch.allclose(a, b)
     total = torch.stack([t for t, _, _ in concurrent]).sum(0)
@@ -79,12 +83,12 @@ def _evicting(comm, cache_size):
     for members in ([0, 1], [0, 2], [0, 1], [0, 1]):
         if comm.rank in members:
             comm.p_reduce_(t, members)
-    return t, comm.preduce_cache_hits, comm.preduce_cache_misses
+    return t.tolist(), comm.preduce_cache_hits, comm.preduce_cache_misses
 
 
 def test_one_member_evicting_makes_all_members_rebuild_instead_of_hanging():
     start = time.perf_counter()
-    results = on_ranks(_evicting, 3, 1, timeout_s=20)
+    results = _as_tensors(on_ranks(_evicting, 3, 1, timeout_s=20))
     assert time.perf_counter() - start < 20
     # Rank 0 created {0,1}, {0,2}, {0,1} again (evicted), then hit once.
     assert results[0][1:] == (1, 3)

@@ -50,6 +50,10 @@ class PragueBase(Algorithm):
             offset += p.numel()
         return ctx.comm.preduce_wait_s - waited
 
+    def release(self, ctx) -> None:
+        """Destroy this worker's member communicators (end of finish; no peer needs them)."""
+        ctx.comm.close_member_groups()
+
     @torch.no_grad()
     def step(self, ctx, model, optimizer):
         optimizer.step()

@@ -71,6 +71,7 @@ class _GeneratedGroups(PragueBase):
         while not (reply := self._client.group(ctx.rank)).finished:
             self.p_reduce(ctx, tuple(reply.members))
         self._client.close()
+        self.release(ctx)
 
 
 class PragueSmart(_GeneratedGroups):

@@ -67,3 +67,4 @@ class PragueStatic(PragueBase):
         while self._step < self._end:
             members, _ = self.next_group(ctx)
             self.p_reduce(ctx, members)
+        self.release(ctx)
