@@ -1,7 +1,9 @@
 """Convergence plots (seaborn, PNG): test loss and accuracy against wall time and iterations.
 
 One figure per (workload, workers, x axis); rows are the metrics, a panel per slowdown, a line
-per algorithm (mean over seeds, band = standard deviation where there are several).
+per algorithm (each seed its own line in the algorithm's colour: evaluation points of different
+seeds fall at different iterations, so averaging them would draw a zigzag, not a mean). A third row,
+the workers' spread around their average model, appears when some algorithm lets them differ.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from hetbench.reports.tables import order_algorithms
 
 X_AXES = {"time": ("wall_s", "wall time (s)"), "iterations": ("iteration", "iteration")}
 METRICS = [("test_loss", "test loss"), ("test_accuracy", "test accuracy")]
+SPREAD = ("consensus_distance", "consensus distance")
 DPI = 100
 
 
@@ -38,20 +41,27 @@ def convergence_plots(evals: pd.DataFrame, out_dir: Path, baseline: str = "allre
     for (workload, workers), cell in evals.groupby(["workload", "workers"], sort=True):
         slowdowns = sorted(cell["slowdown"].unique(), key=lambda s: (s != "none", s))
         algorithms = order_algorithms(cell["algorithm"], baseline)
+        metrics = list(METRICS)
+        # Judged on the final models: snapshots of the same tick come from slightly different
+        # iterations, so even All-Reduce shows a spread there.
+        finals = cell[cell["kind"] == "final"]["consensus_distance"]
+        if finals.fillna(0).gt(0).any():
+            metrics.append(SPREAD)
         for axis_name, (x, x_label) in X_AXES.items():
-            fig = new_figure(3.6 * len(slowdowns) + 1.6, 6.0)
-            axes = fig.subplots(len(METRICS), len(slowdowns), squeeze=False, sharex="col")
+            fig = new_figure(3.6 * len(slowdowns) + 1.6, 3.0 * len(metrics))
+            axes = fig.subplots(len(metrics), len(slowdowns), squeeze=False, sharex="col")
             for col, slowdown in enumerate(slowdowns):
                 data = cell[cell["slowdown"] == slowdown]
-                for row, (metric, label) in enumerate(METRICS):
+                for row, (metric, label) in enumerate(metrics):
                     ax = axes[row][col]
                     sns.lineplot(data=data, x=x, y=metric, hue="algorithm", hue_order=algorithms,
-                                 palette=palette, errorbar="sd", marker="o", markersize=3,
+                                 palette=palette, units="run_id", estimator=None,
+                                 marker="o", markersize=3,
                                  ax=ax, legend=(row == 0 and col == len(slowdowns) - 1))
                     target = targets.get(workload)
                     if target is not None and target.column == metric:
                         ax.axhline(target.value, color="grey", linestyle=":", linewidth=1)
-                    ax.set_xlabel(x_label if row == len(METRICS) - 1 else "")
+                    ax.set_xlabel(x_label if row == len(metrics) - 1 else "")
                     ax.set_ylabel(label if col == 0 else "")
                     if row == 0:
                         ax.set_title(f"slowdown: {slowdown}")

@@ -201,3 +201,15 @@ def test_report_csv_parses_back(results):
     frame = pd.read_csv(io.StringIO(paths["csv"].read_text()))
     assert set(frame["algorithm"]) == {"allreduce", "ps-async"}
     assert (frame[frame["algorithm"] == "allreduce"]["throughput_vs_allreduce"] == 1.0).all()
+
+
+def test_spread_row_only_where_final_models_differ(tmp_path):
+    from hetbench.reports.plots import DPI, convergence_plots
+
+    evals = load_evals(load_runs(RESULTS))
+    (both, _) = convergence_plots(evals, tmp_path)
+    assert png_size(both.read_bytes())[1] == 9 * DPI  # ps-async's workers end apart: 3 rows
+    only_allreduce = tmp_path / "allreduce"
+    only_allreduce.mkdir()
+    (path, _) = convergence_plots(evals[evals["algorithm"] == "allreduce"], only_allreduce)
+    assert png_size(path.read_bytes())[1] == 6 * DPI  # identical final models: 2 rows
