@@ -252,6 +252,21 @@ class Comm:
             self.__dict__["_preduce_reaper"] = (inbox, thread)
         self.__dict__["_preduce_reaper"][0].put(group)
 
+    # -- arrivals (asynchronous decentralized algorithms: AD-PSGD, Hop) ----------------------
+    def wait_for_arrivals(self, name: str, count: int, poll_s: float = 0.05) -> None:
+        """Count this rank in at `name`, then block until `count` ranks have, without a timeout.
+
+        Asynchronous workers may finish their budgets tens of seconds apart (a deterministic
+        straggler running its own iterations); the collectives that follow would time out on it.
+        The store is polled instead, as long as it takes: the launcher ends a run whose rank
+        fails or stops logging progress.
+        """
+        key = f"hetbench/arrivals/{name}"
+        arrived = self.store.add(key, 1)
+        while arrived < count:
+            time.sleep(poll_s)
+            arrived = self.store.add(key, 0)
+
 
 def _reap(inbox: queue.SimpleQueue, backend: str) -> None:
     """Destroy dropped member communicators until told to stop (None)."""

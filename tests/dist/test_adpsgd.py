@@ -46,3 +46,14 @@ def test_a_topology_without_a_connected_active_passive_split_is_rejected():
         RunConfig(algorithm="adpsgd", workload="mlp-digits", workers=8,
                   algorithm_options={"topology": "torus"})
     RunConfig(algorithm="adpsgd", workload="mlp-digits", workers=7)  # odd ring: one edge dropped
+
+
+def test_fast_workers_wait_for_a_fixed_straggler_longer_than_the_comm_timeout(tmp_path):
+    # Rank 3 needs ~10 s for its 50 iterations, the others ~1 s: they must wait for it to
+    # finish before the final evaluation's collectives, which time out after 5 s.
+    summary = run_config(tmp_path, algorithm="adpsgd", workload="mlp-digits", workers=4,
+                         iterations=50, pace_ms=20, slowdown="det:10@3", comm_timeout_s=5.0)
+    assert summary["status"] == "ok", summary["cause"]
+    by_rank = events(tmp_path, 4)
+    tail_s = (by_rank[3][-1]["t_end"] - by_rank[0][-1]["t_end"]) / 1e9
+    assert tail_s > 5.0  # the straggler really ran on alone for longer than the timeout

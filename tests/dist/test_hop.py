@@ -123,3 +123,16 @@ def test_bad_options_fail_before_any_process_starts(options, message):
     with pytest.raises(UserError, match=message):
         RunConfig(algorithm="hop", workload="mlp-digits", workers=2 if not options else 4,
                   algorithm_options=options)
+
+
+def test_neighbours_finishing_far_apart_still_end_cleanly(tmp_path):
+    # Without skipping and with a wide gap bound, worker 0 (10x slower) trails its neighbours by
+    # up to 60 iterations of 200 ms: longer than the 5 s comm timeout, which must not fire.
+    summary = run_config(
+        tmp_path, algorithm="hop", workload="mlp-digits", workers=4, iterations=60,
+        pace_ms=20, slowdown="det:10@0", comm_timeout_s=5.0,
+        algorithm_options={"backup_workers": 1, "skip": False, "max_iteration_gap": 60})
+    assert summary["status"] == "ok", summary["cause"]
+    by_rank = events(tmp_path, 4)
+    assert len(by_rank[0]) == 60  # no skipping: the straggler ran every iteration
+    assert (by_rank[0][-1]["t_end"] - by_rank[2][-1]["t_end"]) / 1e9 > 5.0
