@@ -175,6 +175,11 @@ def _add_report_commands() -> None:
 
 
 _add_report_commands()
+# `bench sim` lives beside the simulator (hetbench.sim.command), registered the same way.
+from hetbench.sim.command import COMMANDS as _SIM_COMMANDS  # noqa: E402
+
+for _command in _SIM_COMMANDS:
+    cli.add_command(_command)
 
 
 def main(argv: list[str] | None = None) -> None:

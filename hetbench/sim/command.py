@@ -1,0 +1,125 @@
+"""`bench sim`: the matrix of `bench run`, played by the simulator instead of real workers.
+
+Each click command here is in COMMANDS; hetbench.cli adds them to the `bench` group.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from hetbench.errors import UserError
+
+
+@click.command("sim")
+@click.argument("matrix_file", required=False, type=click.Path(path_type=Path))
+@click.option("--algorithms", help="Comma-separated algorithm names (see `bench list`).")
+@click.option("--workloads", help="Comma-separated workload names (message sizes come from them).")
+@click.option("--workers", help="Comma-separated worker counts, e.g. 64,256,1024.")
+@click.option("--slowdown", help="Comma-separated slowdown specs: none, prob:5, det:5@0,3 ...")
+@click.option("--iterations", type=int, help="Iterations per worker.")
+@click.option("--seconds", type=float, help="Simulated wall-clock budget per run (seconds).")
+@click.option("--seeds", help="Comma-separated seeds, or a count N meaning seeds 1..N.")
+@click.option("--pace-ms", type=float, help="Floor on each iteration's compute time (ms).")
+@click.option("--out", type=click.Path(path_type=Path),
+              help="Results directory (default results/sim/<matrix name>).")
+@click.option("--alpha-us", type=float, default=20.0, show_default=True,
+              help="Network latency per message (microseconds).")
+@click.option("--beta-gbps", type=float, default=10.0, show_default=True,
+              help="Network bandwidth per link (Gbit/s).")
+@click.option("--compute-ms", type=float,
+              help="Compute time per iteration (ms); default: pace_ms, or compute_ms of an "
+                   "emulated-compute workload.")
+@click.option("--fit-from", type=click.Path(path_type=Path),
+              help="Fit compute time per workload (and pace) from the real runs in this "
+                   "results directory.")
+@click.option("--dry-run", is_flag=True, help="List the runs the matrix expands to, run nothing.")
+def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
+            pace_ms, out, alpha_us, beta_gbps, compute_ms, fit_from, dry_run) -> None:
+    """Simulate a matrix (discrete events) and write results that `bench report` reads."""
+    from hetbench.cli import _check_writable, _parse_seeds
+    from hetbench.harness.matrix import expand, load_matrix_file, split_list
+    from hetbench.sim.model import ComputeModel, NetworkModel, SimModels, fit_compute
+
+    if compute_ms is not None and fit_from is not None:
+        raise UserError("give either --compute-ms or --fit-from, not both")
+    spec = load_matrix_file(matrix_file) if matrix_file else {"name": "adhoc"}
+    flags = {
+        "algorithms": split_list(algorithms, str, "--algorithms"),
+        "workloads": split_list(workloads, str, "--workloads"),
+        "workers": split_list(workers, int, "--workers"),
+        "slowdown": split_list(slowdown, str, "--slowdown"),
+        "seeds": _parse_seeds(seeds),
+        "iterations": iterations,
+        "seconds": seconds,
+        "pace_ms": pace_ms,
+    }
+    if seconds is not None and iterations is None:
+        spec.pop("iterations", None)
+    spec.update({k: v for k, v in flags.items() if v is not None})
+    configs = expand(spec)
+    out_dir = out or Path("results") / "sim" / str(spec["name"])
+    if dry_run:
+        for config in configs:
+            click.echo(f"{config.run_id}  {config.label()}")
+        return
+    if alpha_us is None or alpha_us < 0:
+        raise UserError(f"--alpha-us must be >= 0, got {alpha_us}")
+    if beta_gbps is None or beta_gbps <= 0:
+        raise UserError(f"--beta-gbps must be > 0, got {beta_gbps}")
+    if compute_ms is not None and compute_ms < 0:
+        raise UserError(f"--compute-ms must be >= 0, got {compute_ms}")
+    network = NetworkModel(alpha_s=alpha_us * 1e-6, beta_bytes_per_s=beta_gbps * 1e9 / 8)
+    if fit_from is not None:
+        compute = fit_compute(fit_from)
+    else:
+        compute = ComputeModel(constant_s=None if compute_ms is None else compute_ms / 1000)
+    models = SimModels(network, compute)
+    for config in configs:
+        models.compute.seconds(config)  # a missing compute time fails before anything runs
+    _check_writable(out_dir)
+    _simulate_all(configs, models, out_dir)
+
+
+def _simulate_all(configs, models, out_dir: Path) -> None:
+    from hetbench.sim.engine import simulate
+
+    click.echo(f"{len(configs)} simulated run(s) -> {out_dir}")
+    results, failed, started = [], 0, time.time()
+    for config in configs:
+        result = simulate(config, models, out_dir)
+        s = result.summary
+        results.append(result)
+        if s["status"] == "ok":
+            click.echo(f"sim  {config.label()}: {s['throughput']:.1f} samples/s "
+                       f"({s['train_wall_s']:.2f} simulated s in {result.sim_s:.1f} s)")
+        else:
+            failed += 1
+            click.echo(f"FAIL {config.label()}: {s['cause']}")
+    _echo_speedups(results)
+    click.echo(f"results in {out_dir} ({time.time() - started:.1f} s); `bench report {out_dir}` "
+               "writes the report")
+    if failed:
+        raise click.exceptions.Exit(1)
+
+
+def _echo_speedups(results) -> None:
+    """Throughput of each run over allreduce's in the same workload/workers/slowdown/seed."""
+    def key(r):
+        c = r.config
+        return (c.workload, c.workers, c.slowdown, c.seed)
+
+    baseline = {key(r): r.summary["throughput"] for r in results
+                if r.config.algorithm == "allreduce" and r.summary["status"] == "ok"}
+    lines = [f"  {r.config.label()}: {r.summary['throughput'] / baseline[key(r)]:.2f}x"
+             for r in results if r.config.algorithm != "allreduce" and baseline.get(key(r))
+             and r.summary["status"] == "ok"]
+    if lines:
+        click.echo("predicted throughput vs allreduce:")
+        for line in lines:
+            click.echo(line)
+
+
+COMMANDS: list[click.Command] = [sim_cmd]

@@ -1,0 +1,236 @@
+"""The event loop, the worker loop it plays, and the run directory it writes.
+
+Time is simulated seconds from the common start (t = 0), kept as floats and written to the event
+logs as integer nanoseconds, like a real run's clock. Each worker repeats what the real worker
+loop does: stop check -> compute (the compute model's time) -> injected slowdown ((k - 1) x that
+compute, from the run's own injector) -> the protocol's synchronization step -> one event line.
+A protocol (protocols.py) is told when a worker's gradient is ready and calls `end_step` when
+that worker's step is over, so waiting is whatever the protocol's rules make it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import heapq
+import itertools
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hetbench.errors import UserError
+from hetbench.harness.config import SCHEMA_VERSION, RunConfig
+from hetbench.harness.launcher import summarize
+from hetbench.harness.store import EventLog, environment, read_json, write_json_atomic
+from hetbench.sim.model import SimModels, layout
+
+#: Events buffered per worker before they are appended to its log (bounds memory at scale).
+FLUSH_EVERY = 512
+NAN = float("nan")
+
+
+class Engine:
+    """A heap of timed callbacks and the per-worker state of the harness's training loop."""
+
+    def __init__(self, config: RunConfig, models: SimModels, sink: EventSink | None = None):
+        self.config = config
+        self.models = models
+        self.network = models.network
+        self.layout = layout(config)
+        self.n = config.workers
+        self.compute_s = models.compute.seconds(config)
+        self.injector = config.injector()
+        self.sink = sink
+        self.now = 0.0
+        self._heap: list = []
+        self._seq = itertools.count()
+        self.iteration = [0] * self.n
+        self.t_start = [0.0] * self.n
+        #: When each worker's current gradient was ready (compute + slowdown over).
+        self.t_sync = [0.0] * self.n
+        self._slowdown = [0.0] * self.n
+        self.finished = [False] * self.n
+        self.events = 0
+        # A wall-clock budget under a synchronous algorithm is agreed by a 1-element all-reduce
+        # at the top of every iteration, as the real worker loop does.
+        self._agree = config.seconds is not None and config.algorithm_class().synchronous
+        self._agreeing: list[int] = []
+        from hetbench.sim.protocols import protocol_for
+
+        self.protocol = protocol_for(self)
+
+    # -- the event loop ----------------------------------------------------------------------
+    def at(self, t: float, fn: Callable, *args) -> None:
+        """Call fn(*args) at simulated time t (never before now)."""
+        heapq.heappush(self._heap, (t, next(self._seq), fn, args))
+
+    def run(self) -> None:
+        """Play the run to the end; RuntimeError if the protocol leaves workers waiting forever."""
+        for w in range(self.n):
+            self.begin(w, 0.0)
+        heap = self._heap
+        while heap:
+            t, _, fn, args = heapq.heappop(heap)
+            self.now = t
+            fn(*args)
+        stuck = [w for w in range(self.n) if not self.finished[w]]
+        if stuck:
+            raise RuntimeError(
+                f"simulation of {self.config.algorithm} stalled at t={self.now:.6f} s: workers "
+                f"{stuck[:10]} never finished (at iterations "
+                f"{[self.iteration[w] for w in stuck[:10]]})")
+
+    # -- the worker loop ---------------------------------------------------------------------
+    def _budget_spent(self, w: int, t: float) -> bool:
+        c = self.config
+        return ((c.iterations is not None and self.iteration[w] >= c.iterations)
+                or (c.seconds is not None and t >= c.seconds))
+
+    def begin(self, w: int, t: float) -> None:
+        """Top of worker w's loop at time t: stop, or compute its next gradient."""
+        if self._agree:
+            self._agreeing.append(w)
+            if len(self._agreeing) == self.n:
+                # Everyone is in the agreement all-reduce: the last arrival is now (t).
+                done = t + self.network.ring_allreduce(4, self.n)
+                stop = any(self._budget_spent(x, t) for x in range(self.n))
+                for x in self._agreeing:
+                    self.at(done, self.protocol.finish if stop else self._compute, x, done)
+                self._agreeing = []
+            return
+        if self._budget_spent(w, t):
+            self.protocol.finish(w, t)
+        else:
+            self._compute(w, t)
+
+    def _compute(self, w: int, t: float) -> None:
+        k = self.iteration[w]
+        slow = (self.injector.factor(w, k, t) - 1.0) * self.compute_s
+        self.t_start[w] = t
+        self._slowdown[w] = slow
+        t_sync = t + self.compute_s + slow
+        self.t_sync[w] = t_sync
+        self.at(t_sync + self.protocol.ready_delay, self.protocol.ready, w)
+
+    def end_step(self, w: int, t_end: float, wait_s: float, fields: dict | None = None,
+                 next_iteration: int | None = None) -> None:
+        """Worker w's step ends at t_end (>= now) after waiting wait_s for peers."""
+        if t_end > self.now:
+            self.at(t_end, self._end, w, t_end, wait_s, fields, next_iteration)
+        else:
+            self._end(w, t_end, wait_s, fields, next_iteration)
+
+    def _end(self, w: int, t_end: float, wait_s: float, fields: dict | None,
+             next_iteration: int | None) -> None:
+        k = self.iteration[w]
+        step_s = t_end - self.t_sync[w]
+        wait_s = min(max(wait_s, 0.0), step_s)
+        if self.sink is not None:
+            self.sink.add(w, k, self.t_start[w], t_end, self.compute_s, self._slowdown[w],
+                          step_s - wait_s, wait_s, fields)
+        self.events += 1
+        self.iteration[w] = k + 1 if next_iteration is None else next_iteration
+        self.begin(w, t_end)
+
+    def done(self, w: int) -> None:
+        """Worker w has finished (its finish() returned)."""
+        self.finished[w] = True
+
+
+class EventSink:
+    """Event lines of every worker, appended to events.rank<r>.jsonl in batches."""
+
+    def __init__(self, config: RunConfig, run_dir: Path):
+        self.run_dir = run_dir
+        self.head = {"schema_version": SCHEMA_VERSION, "run_id": config.run_id}
+        self.samples = config.workload_options["batch_size"]
+        self._buffers: dict[int, list[tuple]] = {}
+
+    def add(self, rank: int, iteration: int, t_start: float, t_end: float, compute_s: float,
+            slowdown_s: float, comm_s: float, wait_s: float, fields: dict | None) -> None:
+        buffer = self._buffers.setdefault(rank, [])
+        buffer.append((iteration, t_start, t_end, compute_s, slowdown_s, comm_s, wait_s, fields))
+        if len(buffer) >= FLUSH_EVERY:
+            self._flush(rank)
+
+    def _flush(self, rank: int) -> None:
+        buffer = self._buffers.pop(rank, [])
+        if not buffer:
+            return
+        log = EventLog(self.run_dir / f"events.rank{rank}.jsonl")
+        try:
+            for iteration, t_start, t_end, compute_s, slowdown_s, comm_s, wait_s, fields in buffer:
+                log.append({
+                    **self.head, "rank": rank, "iteration": iteration,
+                    "t_start": round(t_start * 1e9), "t_end": round(t_end * 1e9),
+                    "compute_s": compute_s, "slowdown_s": slowdown_s, "comm_s": comm_s,
+                    "wait_s": wait_s, "samples": self.samples, "loss": NAN, "snapshot_s": 0.0,
+                    **(fields or {}),
+                })
+        finally:
+            log.close()
+
+    def close(self) -> None:
+        for rank in list(self._buffers):
+            self._flush(rank)
+
+
+@dataclass
+class SimResult:
+    """One simulated run: where it was written, its summary, and what simulating it cost."""
+
+    config: RunConfig
+    run_dir: Path
+    summary: dict[str, Any]
+    #: Wall seconds the simulation (and writing its files) took on this machine.
+    sim_s: float
+
+
+def simulate(config: RunConfig, models: SimModels, out_dir: Path) -> SimResult:
+    """Simulate `config` and write its run directory `out_dir/<run_id>` (real runs' schema)."""
+    started = time.time()
+    run_dir = Path(out_dir) / config.run_id
+    _clear_previous(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run_dir / "config.json", config.to_dict())
+    write_json_atomic(run_dir / "env.json", {**environment(), "simulated": True})
+    sink = EventSink(config, run_dir)
+    engine = Engine(config, models, sink)
+    status, cause = "ok", None
+    try:
+        engine.run()
+    except RuntimeError as exc:
+        status, cause = "failed", f"simulator: {exc}"
+    finally:
+        sink.close()
+    summary = {
+        "schema_version": SCHEMA_VERSION, "run_id": config.run_id, "status": status,
+        "cause": cause, "started_at": datetime.datetime.fromtimestamp(started).isoformat(),
+        "algorithm": config.algorithm, "workload": config.workload, "workers": config.workers,
+        "world_size": config.world_size, "slowdown": config.slowdown, "seed": config.seed,
+        "pace_ms": config.pace_ms, "compute": config.compute, "synthetic": config.synthetic,
+        **summarize(config, run_dir),
+        "simulated": True, "sim": models.to_dict(config),
+    }
+    # A simulated run has no start-up: its wall time is the simulated training span.
+    summary["wall_s"] = summary["train_wall_s"]
+    summary["sim_s"] = time.time() - started
+    write_json_atomic(run_dir / "summary.json", summary)
+    return SimResult(config, run_dir, summary, summary["sim_s"])
+
+
+def _clear_previous(run_dir: Path) -> None:
+    """Remove an earlier simulation of the same run; never touch a real run's directory."""
+    if not run_dir.exists():
+        return
+    try:
+        simulated = read_json(run_dir / "summary.json").get("simulated") is True
+    except (OSError, ValueError):
+        simulated = False
+    if not simulated:
+        raise UserError(f"{run_dir} holds a real (or unfinished) run; simulate into another "
+                        "directory with --out")
+    shutil.rmtree(run_dir)
+

@@ -1,0 +1,190 @@
+"""The simulator's cost models: compute time per iteration, and alpha + bytes/beta per message."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from hetbench.errors import UserError
+from hetbench.harness.config import RunConfig
+
+#: Bytes per model element (float32, as every built-in workload trains in).
+ELEMENT_BYTES = 4
+
+
+@dataclass(frozen=True)
+class NetworkModel:
+    """Every message costs alpha + bytes/beta; links are independent (no shared switch)."""
+
+    #: Latency per message, seconds.
+    alpha_s: float = 20e-6
+    #: Bandwidth per link, bytes per second.
+    beta_bytes_per_s: float = 10e9 / 8
+
+    def __post_init__(self):
+        if self.alpha_s < 0 or not math.isfinite(self.alpha_s):
+            raise UserError(f"network latency must be >= 0, got {self.alpha_s * 1e6:g} us")
+        if self.beta_bytes_per_s <= 0 or not math.isfinite(self.beta_bytes_per_s):
+            raise UserError("network bandwidth must be > 0 Gbit/s")
+
+    def message(self, nbytes: float) -> float:
+        """One point-to-point message."""
+        return self.alpha_s + nbytes / self.beta_bytes_per_s
+
+    def ring_allreduce(self, nbytes: float, n: int) -> float:
+        """Ring all-reduce of nbytes over n ranks: 2(n-1)/n * bytes/beta + 2(n-1) alpha."""
+        if n < 2:
+            return 0.0
+        return 2 * (n - 1) / n * nbytes / self.beta_bytes_per_s + 2 * (n - 1) * self.alpha_s
+
+    def p_reduce(self, nbytes: float, members: int) -> float:
+        """P-Reduce over a group: the ring all-reduce formula over its members (0 alone)."""
+        return self.ring_allreduce(nbytes, members)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a workload's messages weigh: the model's element count and its all-reduce buckets."""
+
+    numel: int
+    bucket_bytes: tuple[int, ...]
+
+    @property
+    def model_bytes(self) -> int:
+        return self.numel * ELEMENT_BYTES
+
+
+def layout(config: RunConfig) -> Layout:
+    """The real model's size and All-Reduce buckets (the model is built once per workload)."""
+    bucket_mb = config.algorithm_options.get("bucket_mb", 25.0)
+    return _layout(config.workload, json.dumps(config.workload_options, sort_keys=True),
+                   config.seed, float(bucket_mb))
+
+
+@lru_cache(maxsize=32)
+def _layout(workload: str, options_json: str, seed: int, bucket_mb: float) -> Layout:
+    from hetbench.harness.options import build_config
+    from hetbench.harness.tensors import buckets, params_of
+    from hetbench.workloads import WORKLOADS
+
+    cls = WORKLOADS.get(workload)
+    model = cls(build_config(cls.Config, json.loads(options_json), workload), seed).build_model()
+    params = params_of(model)
+    groups = buckets(params, int(bucket_mb * 2**20))
+    sizes = tuple(sum(p.numel() for p in group) * ELEMENT_BYTES for group in groups if group)
+    return Layout(sum(p.numel() for p in params), sizes)
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    """Seconds of compute per iteration: a constant, or fitted per workload from real runs.
+
+    The pacing floor applies on top, as in a real run: compute = max(model's time, pace_ms).
+    """
+
+    #: A constant for every workload (seconds), overriding the rest.
+    constant_s: float | None = None
+    #: Fitted from real runs: (workload, pace_ms) -> median unslowed compute seconds.
+    fitted: dict[tuple[str, float], float] = field(default_factory=dict)
+    #: Where `fitted` came from (for error messages and the summary).
+    fitted_from: str | None = None
+
+    def __post_init__(self):
+        if self.constant_s is not None and not self.constant_s >= 0:
+            raise UserError(f"compute time must be >= 0 ms, got {self.constant_s * 1e3:g}")
+
+    def seconds(self, config: RunConfig) -> float:
+        """Compute seconds of one unslowed iteration of `config`."""
+        pace = config.pace_ms / 1000
+        if self.constant_s is not None:
+            return max(self.constant_s, pace)
+        if self.fitted_from is not None:
+            key = (config.workload, float(config.pace_ms))
+            if key not in self.fitted:
+                have = ", ".join(f"{w} (pace {p:g} ms)" for w, p in sorted(self.fitted)) or "none"
+                raise UserError(
+                    f"--fit-from {self.fitted_from}: no real run of {config.workload} with "
+                    f"pace_ms {config.pace_ms:g} to fit compute from (fitted: {have}); "
+                    "pass --compute-ms instead")
+            return max(self.fitted[key], pace)
+        if config.compute == "emulated":
+            return max(config.workload_options["compute_ms"] / 1000, pace)
+        if pace > 0:
+            return pace
+        raise UserError(
+            f"no compute time for {config.workload}: pass --compute-ms MS, --pace-ms MS or "
+            "--fit-from RESULTS_DIR (real runs of the workload)")
+
+    def describe(self, config: RunConfig) -> str:
+        if self.constant_s is not None:
+            return "constant (--compute-ms)"
+        if self.fitted_from is not None:
+            return f"fitted from {self.fitted_from}"
+        return "emulated compute_ms" if config.compute == "emulated" else "pace_ms"
+
+
+@dataclass(frozen=True)
+class SimModels:
+    """Everything the simulator assumes about the machines it plays."""
+
+    network: NetworkModel = NetworkModel()
+    compute: ComputeModel = ComputeModel()
+
+    def to_dict(self, config: RunConfig) -> dict[str, Any]:
+        """The assumptions of one simulated run, for its summary.json."""
+        return {
+            "alpha_us": self.network.alpha_s * 1e6,
+            "beta_gbps": self.network.beta_bytes_per_s * 8 / 1e9,
+            "compute_ms": self.compute.seconds(config) * 1e3,
+            "compute_model": self.compute.describe(config),
+            "model_bytes": layout(config).model_bytes,
+        }
+
+
+def fit_compute(results_dir: Path) -> ComputeModel:
+    """Median compute of unslowed, post-warm-up iterations of real runs, per (workload, pace).
+
+    A real iteration's compute is compute_s plus the part of slowdown_s that was not injected
+    (the sleep overshoot), so an iteration counts only where the run's injector, rebuilt from
+    its config, says the factor was 1; that time is compute_s + slowdown_s.
+    """
+    from hetbench.harness.store import read_json, read_jsonl
+    from hetbench.reports.load import run_dirs
+    from hetbench.slowdown import parse_slowdown
+
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise UserError(f"--fit-from {results_dir}: no such directory")
+    samples: dict[tuple[str, float], list[float]] = {}
+    for run_dir in run_dirs(results_dir):
+        try:
+            config = read_json(run_dir / "config.json")
+            summary = read_json(run_dir / "summary.json")
+        except (OSError, ValueError):
+            continue
+        if summary.get("status") != "ok" or summary.get("simulated"):
+            continue
+        try:
+            injector = parse_slowdown(config["slowdown"], seed=config["seed"])
+            injector.validate(config["workers"])
+        except UserError:
+            continue  # a trace file that moved: the slowed iterations cannot be told apart
+        key = (config["workload"], float(config.get("pace_ms", 0.0)))
+        warmup = config.get("warmup_iterations", 0)
+        for rank in range(config["workers"]):
+            events, _ = read_jsonl(run_dir / f"events.rank{rank}.jsonl")
+            if not events:
+                continue
+            t0 = events[0]["t_start"]
+            for e in events[warmup:]:
+                if injector.factor(rank, e["iteration"], (e["t_start"] - t0) / 1e9) == 1.0:
+                    samples.setdefault(key, []).append(e["compute_s"] + e["slowdown_s"])
+    if not samples:
+        raise UserError(f"--fit-from {results_dir}: no finished real runs with events there")
+    return ComputeModel(fitted={k: statistics.median(v) for k, v in samples.items()},
+                        fitted_from=str(results_dir))

@@ -1,0 +1,431 @@
+"""Each algorithm's synchronization step as simulated-time rules, one class per algorithm.
+
+A protocol is told `ready(w)` when worker w's gradient is ready (at engine.t_sync[w] plus
+`ready_delay`) and `finish(w, t)` when w's budget is spent; it calls engine.end_step when w's
+step is over and engine.done when w's finish() would return. Who waits for whom follows the real
+algorithm; the groups and neighbours come from the same pure code the real algorithm calls
+(hetbench.algorithms.topologies, prague.schedule, prague.generator), never from a copy.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from hetbench.algorithms import topologies
+
+if TYPE_CHECKING:
+    from hetbench.sim.engine import Engine
+
+
+class Protocol:
+    """Default: no synchronization (each step ends when the gradient is ready)."""
+
+    #: Seconds after the gradient is ready at which `ready` runs (e.g. a request's flight time).
+    ready_delay = 0.0
+
+    def __init__(self, engine: Engine):
+        self.eng = engine
+        self.n = engine.n
+        self.net = engine.network
+        self.model_bytes = engine.layout.model_bytes
+        self.config = engine.config.algorithm_config()
+
+    def ready(self, w: int) -> None:
+        self.eng.end_step(w, self.eng.now, 0.0)
+
+    def finish(self, w: int, t: float) -> None:
+        self.eng.done(w)
+
+
+class AllReduceSim(Protocol):
+    """Everyone waits for the last gradient, then one ring all-reduce per bucket."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.cost = sum(self.net.ring_allreduce(b, self.n) for b in engine.layout.bucket_bytes)
+        self.arrived: list[int] = []
+
+    def ready(self, w):
+        self.arrived.append(w)
+        if len(self.arrived) < self.n:
+            return
+        start = self.eng.now  # events run in time order: the last arrival is now
+        for x in self.arrived:
+            self.eng.end_step(x, start + self.cost, start - self.eng.t_sync[x])
+        self.arrived = []
+
+
+class PSSyncSim(Protocol):
+    """Gradients queue at the server's link in arrival order; parameters go back one by one."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        # A gradient message carries one flag element more than the model.
+        self.push = self.net.message(self.model_bytes + 4)
+        self.pull = self.net.message(self.model_bytes)
+        self.arrived: list[int] = []
+
+    def ready(self, w):
+        self.arrived.append(w)
+        if len(self.arrived) < self.n:
+            return
+        t_sync = self.eng.t_sync
+        free = 0.0
+        for x in self.arrived:  # arrival order
+            free = max(free, t_sync[x]) + self.push
+        for i, x in enumerate(sorted(self.arrived)):  # the server sends to workers 0..n-1
+            end = free + (i + 1) * self.pull
+            self.eng.end_step(x, end, end - t_sync[x] - self.push - self.pull)
+        self.arrived = []
+
+
+class PSAsyncSim(Protocol):
+    """The server takes one gradient at a time, in arrival order, and answers its sender."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.push = self.net.message(self.model_bytes + 4)
+        self.pull = self.net.message(self.model_bytes)
+        self.server_free = 0.0
+
+    def ready(self, w):
+        t = self.eng.now
+        start = max(self.server_free, t)
+        self.server_free = start + self.push + self.pull
+        self.eng.end_step(w, self.server_free, start - t)
+
+
+class DPSGDSim(Protocol):
+    """Iteration k of worker i ends one message after all of its neighbours' k-th models."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        from hetbench.algorithms.dpsgd import gossip_graph
+
+        self.graph = gossip_graph(self.config, self.n)
+        self.msg = self.net.message(self.model_bytes)
+        #: ready_at[w][k]: when w's k-th gradient was ready (its k-th model sent).
+        self.ready_at: list[list[float]] = [[] for _ in range(self.n)]
+        self.waiting = [False] * self.n
+
+    def ready(self, w):
+        self.ready_at[w].append(self.eng.now)
+        self.waiting[w] = True
+        self._try(w)
+        for j in self.graph[w]:
+            if self.waiting[j]:
+                self._try(j)
+
+    def _try(self, x):
+        k = self.eng.iteration[x]
+        ready_at = self.ready_at
+        if any(len(ready_at[j]) <= k for j in self.graph[x]):
+            return
+        latest = max(ready_at[j][k] for j in self.graph[x])
+        mine = ready_at[x][k]
+        self.waiting[x] = False
+        self.eng.end_step(x, max(latest, mine) + self.msg, latest - mine)
+
+
+class ADPSGDSim(Protocol):
+    """Actives average with a random passive neighbour, whose serving thread is a FIFO queue."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        import numpy as np
+
+        from hetbench.algorithms.adpsgd import pair_graph
+
+        active, _ = topologies.bipartite_split(self.n)
+        self.active = set(active)
+        self.graph = pair_graph(self.config, self.n)
+        seed = engine.config.seed
+        # The same per-rank generator a real worker draws its peers from (WorkerContext.rng).
+        self.rng = {w: np.random.default_rng([seed, w, 17]) for w in active}
+        self.request = self.net.message(self.model_bytes + 4)
+        self.reply = self.net.message(self.model_bytes)
+        self.server_free = [0.0] * self.n
+        self.served = [0] * self.n
+
+    def ready(self, w):
+        t = self.eng.now
+        if w not in self.active:
+            served, self.served[w] = self.served[w], 0
+            self.eng.end_step(w, t, 0.0, {"served": served})
+            return
+        peers = self.graph[w]
+        peer = int(peers[self.rng[w].integers(len(peers))])
+        start = max(self.server_free[peer], t)
+        end = start + self.request + self.reply
+        self.server_free[peer] = end
+        self.served[peer] += 1
+        self.eng.end_step(w, end, start - t, {"peer": peer})
+
+
+class _Meetings:
+    """P-Reduce meetings: a group's collective starts when its last member arrives."""
+
+    def __init__(self, protocol: Protocol):
+        self.p = protocol
+        self.open: dict = {}
+
+    def join(self, key, members: tuple[int, ...], w: int, t: float, then) -> None:
+        """w arrives for group `key` at t; when all are in, then(w, t_end, wait_s) for each."""
+        arrivals = self.open.setdefault(key, [])
+        arrivals.append((w, t, then))
+        if len(arrivals) < len(members):
+            return
+        del self.open[key]
+        start = max(a[1] for a in arrivals)
+        end = start + self.p.net.p_reduce(self.p.model_bytes, len(members))
+        for x, t_x, then_x in arrivals:
+            then_x(x, end, start - t_x)
+
+
+class PragueStaticSim(Protocol):
+    """The paper's fixed schedule; the first worker to stop fixes a last synchronized step."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        from hetbench.algorithms.prague.static import END_MARGIN
+
+        self.end_margin = END_MARGIN
+        self.step = [0] * self.n
+        self.end: int | None = None
+        self.meetings = _Meetings(self)
+
+    def _group(self, w: int) -> tuple[int, tuple[int, ...]]:
+        from hetbench.algorithms.prague.schedule import static_group
+
+        step = self.step[w]
+        self.step[w] += 1
+        if self.end is not None and step >= self.end:
+            return step, (w,)
+        return step, static_group(w, step, self.n, self.config.workers_per_node)
+
+    def ready(self, w):
+        step, group = self._group(w)
+        fields = {"group": list(group), "gg_s": 0.0, "schedule_step": step}
+        if len(group) < 2:
+            self.eng.end_step(w, self.eng.now, 0.0, fields)
+            return
+        self.meetings.join((step, group), group, w, self.eng.now,
+                           lambda x, end, wait: self.eng.end_step(x, end, wait, fields))
+
+    def finish(self, w, t):
+        if self.end is None:
+            self.end = -(-(self.step[w] + self.end_margin) // 4) * 4
+        self._drain(w, t)
+
+    def _drain(self, w, t):
+        """finish(): run every schedule step below the agreed end, without training."""
+        while self.step[w] < self.end:
+            step, group = self._group(w)
+            if len(group) > 1:
+                self.meetings.join((step, group), group, w, t,
+                                   lambda x, end, _: self.eng.at(end, self._drain, x, end))
+                return
+        self.eng.done(w)
+
+
+class PragueGeneratedSim(Protocol):
+    """prague-smart / prague-random: groups from the Group Generator, a server one alpha away.
+
+    The generator is the real one (prague.generator.GroupGenerator) with the arguments the real
+    algorithm's services() gives it, driven by requests in simulated-time order.
+    """
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        from hetbench.algorithms.prague.generator import GroupGenerator
+
+        cls = engine.config.algorithm_class()
+        spec = cls.generator_spec(self.config, self.n)
+        self.gg = GroupGenerator(self.n, spec.pop("group_size"), seed=engine.config.seed, **spec)
+        self.rpc = self.net.alpha_s  # one way; a request's round trip is 2 alpha
+        self.ready_delay = self.rpc
+        self.meetings = _Meetings(self)
+
+    def ready(self, w):
+        group = self.gg.request(w)
+        t_join = self.eng.now + self.rpc
+        fields = {"group": list(group.members), "gg_s": 2 * self.rpc, "group_id": group.id}
+        self.meetings.join(group.id, group.members, w, t_join,
+                           lambda x, end, wait: self.eng.end_step(x, end, wait, fields))
+
+    def finish(self, w, t):
+        self.eng.at(t + self.rpc, self._done, w)
+
+    def _done(self, w):
+        self.gg.finish(w)
+        self.eng.at(self.eng.now + 2 * self.rpc, self._drain, w)
+
+    def _drain(self, w):
+        """finish(): P-Reduce the groups already queued for w, then stop."""
+        group = self.gg.request(w)
+        if group is None:
+            self.eng.done(w)
+            return
+        self.meetings.join(group.id, group.members, w, self.eng.now + self.rpc,
+                           lambda x, end, _: self.eng.at(end + self.rpc, self._drain, x))
+
+
+UPDATE, SKIP = 0, 1
+
+
+class HopSim(Protocol):
+    """Hop's queues: backup workers, bounded staleness, token queues (iteration gap), skipping.
+
+    Per worker: an update queue per neighbour of (lo, hi) entries, each neighbour's newest
+    `entered` iteration, and the neighbours that are done, all updated when a message lands
+    (one alpha + bytes/beta after it was sent). The rules are hop.py's, applied to that state.
+    """
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        from hetbench.algorithms.dpsgd import gossip_graph
+        from hetbench.algorithms.hop import HEADER
+
+        self.graph = gossip_graph(self.config, self.n)
+        self.msg = self.net.message(self.model_bytes + HEADER * 4)
+        c = self.config
+        self.b, self.s, self.gap = c.backup_workers, c.staleness, c.max_iteration_gap
+        self.skip, self.skip_threshold = c.skip, c.skip_threshold
+        self.queues = [{j: deque() for j in self.graph[i]} for i in range(self.n)]
+        self.entered = [dict.fromkeys(self.graph[i], 0) for i in range(self.n)]
+        self.done_peers: list[set[int]] = [set() for _ in range(self.n)]
+        self.stopped = [False] * self.n
+        #: What a blocked worker waits for: ("updates", k, since) or ("tokens", following,
+        #: since, wait_s, fields).
+        self.blocked: list[tuple | None] = [None] * self.n
+
+    # -- messages ----------------------------------------------------------------------------
+    def _send(self, w: int, kind: int, lo: int, hi: int, entered: int) -> None:
+        for j in self.graph[w]:
+            self.eng.at(self.eng.now + self.msg, self._deliver, w, j, kind, lo, hi, entered)
+
+    def _deliver(self, src, dst, kind, lo, hi, entered):
+        if kind is None:  # DONE
+            self.done_peers[dst].add(src)
+        else:
+            if entered > self.entered[dst][src]:
+                self.entered[dst][src] = entered
+            if not self.stopped[dst]:
+                self.queues[dst][src].append((lo, hi))
+        if self.blocked[dst] is not None:
+            self._unblock(dst)
+
+    # -- hop.py's rules ----------------------------------------------------------------------
+    def _usable(self, w, j, k):
+        for lo, hi in reversed(self.queues[w][j]):
+            if lo <= k and hi >= k - self.s:
+                return hi
+        return None
+
+    def _updates_ready(self, w, k):
+        usable = possible = 0
+        done = self.done_peers[w]
+        for j in self.graph[w]:
+            if self._usable(w, j, k) is not None:
+                usable += 1
+                possible += 1
+            elif j not in done:
+                possible += 1
+        return usable >= min(len(self.graph[w]) - self.b, possible)
+
+    def _tokens_ready(self, w, k):
+        done, entered = self.done_peers[w], self.entered[w]
+        return all(entered[j] >= k - self.gap for j in self.graph[w] if j not in done)
+
+    def _skip_target(self, w, k):
+        entered = self.entered[w]
+        furthest = max(entered.values())
+        if furthest - k <= self.skip_threshold:
+            return None
+        live = [entered[j] for j in self.graph[w] if j not in self.done_peers[w]]
+        target = min([furthest] + [e + self.gap for e in live])
+        return target if target > k + 1 else None
+
+    def _drop_before(self, w, k):
+        for queue in self.queues[w].values():
+            while queue and queue[0][1] < k - self.s:
+                queue.popleft()
+
+    # -- the step ----------------------------------------------------------------------------
+    def ready(self, w):
+        k = self.eng.iteration[w]
+        self._send(w, UPDATE, k, k, k)
+        target = self._skip_target(w, k) if self.skip else None
+        if target is None:
+            if self._updates_ready(w, k):
+                self._mixed(w, k, 0.0)
+            else:
+                self.blocked[w] = ("updates", k, self.eng.now)
+            return
+        used = {str(j): q[-1][1] for j, q in self.queues[w].items() if q}
+        self._drop_before(w, target)
+        fields = {"used": used, "skipped": target - k - 1, "skip_to": target,
+                  "skip_ns": round(self.eng.now * 1e9)}
+        self._send(w, SKIP, k + 1, target - 1, target)
+        self._tokens(w, target, 0.0, fields)
+
+    def _mixed(self, w, k, wait_s):
+        used = {}
+        for j in self.graph[w]:
+            hi = self._usable(w, j, k)
+            if hi is not None:
+                used[str(j)] = min(hi, k)
+        self._drop_before(w, k + 1)
+        self._tokens(w, k + 1, wait_s, {"used": used})
+
+    def _tokens(self, w, following, wait_s, fields):
+        if self._tokens_ready(w, following):
+            self.eng.end_step(w, self.eng.now, wait_s, fields, following)
+        else:
+            self.blocked[w] = ("tokens", following, self.eng.now, wait_s, fields)
+
+    def _unblock(self, w):
+        state = self.blocked[w]
+        now = self.eng.now
+        if state[0] == "updates":
+            _, k, since = state
+            if self._updates_ready(w, k):
+                self.blocked[w] = None
+                self._mixed(w, k, now - since)
+        else:
+            _, following, since, wait_s, fields = state
+            if self._tokens_ready(w, following):
+                self.blocked[w] = None
+                self.eng.end_step(w, now, wait_s + now - since, fields, following)
+
+    def finish(self, w, t):
+        self.stopped[w] = True
+        for queue in self.queues[w].values():
+            queue.clear()
+        self._send(w, None, 0, 0, 0)  # DONE
+        self.eng.done(w)
+
+
+PROTOCOLS: dict[str, type[Protocol]] = {
+    "allreduce": AllReduceSim,
+    "ps-sync": PSSyncSim,
+    "ps-async": PSAsyncSim,
+    "dpsgd": DPSGDSim,
+    "adpsgd": ADPSGDSim,
+    "prague-static": PragueStaticSim,
+    "prague-smart": PragueGeneratedSim,
+    "prague-random": PragueGeneratedSim,
+    "hop": HopSim,
+}
+
+
+def protocol_for(engine: Engine) -> Protocol:
+    """The simulated protocol of the engine's algorithm."""
+    from hetbench.errors import UserError
+
+    name = engine.config.algorithm
+    if name not in PROTOCOLS:
+        raise UserError(f"bench sim has no model of algorithm {name!r}; it simulates: "
+                        f"{', '.join(sorted(PROTOCOLS))}")
+    return PROTOCOLS[name](engine)
