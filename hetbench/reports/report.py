@@ -111,7 +111,7 @@ def write_report(results_dir: Path, baseline: str = "allreduce",
     _write_atomic(paths["time_to_target_csv"], report.time_to_target.to_csv(index=False))
     for i, path in enumerate(convergence_plots(report.evals, out, baseline, report.targets)):
         paths[f"plot{i}"] = path
-    if (report.runs["status"] == "ok").any():
+    if timeline_run or (report.runs["status"] == "ok").any():
         run = choose_run(report.runs, baseline, timeline_run)
         warmup = run.get("warmup_iterations")
         paths["timeline"] = timeline_plot(run["run_dir"], out / "timeline.png",
@@ -131,7 +131,7 @@ def markdown(report: Report, images: list[Path]) -> str:
     parts = [
         f"# hetbench report: {report.results_dir}",
         "",
-        f"{len(runs)} runs, {len(runs) - len(report.failed)} ok, {len(report.failed)} not ok. "
+        f"{len(runs)} run(s), {len(runs) - len(report.failed)} ok, {len(report.failed)} not ok. "
         + THROUGHPUT_TEXT.format(baseline=baseline),
     ]
     notes = report.notes()
@@ -146,7 +146,7 @@ def markdown(report: Report, images: list[Path]) -> str:
     parts += ["", "## Throughput (samples/s)", "", to_markdown(report.throughput)]
     parts += ["", "## Time to target", "", TTT_TEXT.format(baseline=baseline), ""]
     parts.append(to_markdown(report.time_to_target) if not report.time_to_target.empty
-                 else "No run has evaluations (emulated compute measures throughput only).")
+                 else NO_EVALS)
     if images:
         parts += ["", "## Plots", ""]
         for path in images:
@@ -164,7 +164,7 @@ def html_page(report: Report, images: list[Path]) -> Page:
     """report.html: the same content as report.md with the images embedded."""
     page = Page(f"hetbench report: {report.results_dir.name}")
     runs, baseline = report.runs, report.baseline
-    page.paragraph(f"{len(runs)} runs, {len(runs) - len(report.failed)} ok, "
+    page.paragraph(f"{len(runs)} run(s), {len(runs) - len(report.failed)} ok, "
                    f"{len(report.failed)} not ok. " + THROUGHPUT_TEXT.format(baseline=baseline))
     page.bullets(report.notes())
     for section in report.extra:
@@ -180,7 +180,7 @@ def html_page(report: Report, images: list[Path]) -> Page:
     page.heading("Time to target")
     page.paragraph(TTT_TEXT.format(baseline=baseline), "note")
     if report.time_to_target.empty:
-        page.paragraph("No run has evaluations (emulated compute measures throughput only).")
+        page.paragraph(NO_EVALS)
     else:
         page.table(report.time_to_target)
     if images:
@@ -211,6 +211,8 @@ TTT_TEXT = (
     "evaluation point (resolution: the runs' eval_interval_s), mean over the seeds that reached "
     "it; speedup_vs_{baseline} = {baseline}'s time / this time (> 1 is faster).")
 
+NO_EVALS = ("No ok run has evaluations (failed runs have none; emulated compute measures "
+            "throughput only).")
 TIMELINE_TEXT = (
     "Timeline of run {run}: each worker's compute, injected slowdown, waiting and communication "
     "per iteration (`bench report --timeline RUN_ID` draws another run).")
