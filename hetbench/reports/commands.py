@@ -89,7 +89,7 @@ def reproduce_cmd(name: str, quick: bool, out: Path | None, force: bool) -> None
     from hetbench.reports.reproduce import reproduce
 
     paths, failed = reproduce(name, quick, out, force, echo=click.echo)
-    for kind in ("md", "html", "csv"):
+    for kind in ("md", "html", "csv", "published_csv"):
         click.echo(f"{kind}: {paths[kind]}")
     if failed:
         click.echo(f"{failed} run(s) failed (see report.md, 'Runs not ok')", err=True)

@@ -72,10 +72,15 @@ def reproduce(name: str, quick: bool, out: Path | None, force: bool = False,
 
     run_matrix(configs, out, force=force, on_done=on_done)
 
+    tables = []
+
     def published_section(report) -> list[Section]:
         table = measured_vs_published(PUBLISHED[name], report.throughput, report.time_to_target)
+        tables.append(table)
         return [Section("Published vs measured", PUBLISHED_TEXT, table)]
 
     paths = write_report(out, "allreduce" if name == "prague" else "dpsgd", targets,
                          extra=published_section)
+    paths["published_csv"] = out / "published_vs_measured.csv"
+    tables[0].to_csv(paths["published_csv"], index=False)
     return paths, failed

@@ -121,3 +121,8 @@ def test_reproduce_runs_its_matrix_and_reports_beside_the_papers(tmp_path):
     assert "| adpsgd | none | allreduce (none) | 0.62 |  | not run |" in section
     assert "Emulated compute in: resnet18" in md
     assert paths["html"].read_text().count("Published vs measured") == 1
+    published = list(csv.DictReader(paths["published_csv"].open()))
+    assert {"source", "published", "measured", "measured as", "shape"} <= set(published[0])
+    slides = next(r for r in published if r["algorithm"] == "allreduce"
+                  and r["slowdown"] == "prob:5" and r["source"] == "Prague slides")
+    assert float(slides["measured"]) == pytest.approx(ours)
