@@ -57,6 +57,9 @@ def load_runs(path: str | Path) -> pd.DataFrame:
     if frame.empty:
         return frame
     frame["workers"] = frame["workers"].astype(int)
+    # `bench sim` marks its runs; real runs carry no flag.
+    simulated = frame["simulated"] if "simulated" in frame else pd.Series(False, frame.index)
+    frame["simulated"] = simulated.fillna(False).astype(bool)
     return frame
 
 

@@ -23,7 +23,7 @@ from hetbench.reports.timeline import choose_run, timeline_plot
 #: Columns of report.csv (the first six are a stable interface; scripts read them).
 CSV_COLUMNS = ["algorithm", "workload", "workers", "slowdown", "throughput",
                "throughput_vs_{baseline}", "throughput_std", "seeds", "final_test_accuracy",
-               "compute", "synthetic", "pace_ms"]
+               "compute", "synthetic", "simulated", "pace_ms"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,10 @@ class Report:
             names = sorted(runs[runs["compute"] == "emulated"]["workload"].unique())
             notes.append(f"Emulated compute in: {', '.join(names)} (a paced wait with real "
                          "message sizes; throughput only, no convergence).")
+        if "simulated" in runs and runs["simulated"].any():
+            notes.append(f"Simulated (`bench sim`, a discrete-event model, not real processes): "
+                         f"{int(runs['simulated'].sum())} of {len(runs)} run(s); see the "
+                         "`simulated` column.")
         paced = sorted({float(p) for p in runs.get("pace_ms", []) if p and p == p})
         if paced:
             notes.append(f"Pacing on: a floor of {', '.join(f'{p:g}' for p in paced)} ms on "
@@ -227,6 +231,7 @@ def metadata(runs: pd.DataFrame) -> pd.DataFrame:
         rows.append({
             "run_id": run["run_id"], "status": run["status"],
             "compute": run.get("compute", ""), "synthetic": run.get("synthetic", ""),
+            "simulated": run.get("simulated", False),
             "pace_ms": run.get("pace_ms", ""),
             "git": f"{sha[:10]}{' (dirty)' if env.get('git_dirty') else ''}",
             "python": env.get("python", ""), "torch": env.get("torch", ""),

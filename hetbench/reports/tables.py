@@ -26,7 +26,7 @@ def throughput_table(runs: pd.DataFrame, baseline: str = "allreduce") -> pd.Data
     table = table.merge(base, on=CELL, how="left")
     table[f"throughput_vs_{baseline}"] = table["throughput"] / table["_base"]
     table = table.drop(columns="_base")
-    for column in ("final_test_accuracy", "compute", "synthetic", "pace_ms"):
+    for column in ("final_test_accuracy", "compute", "synthetic", "simulated", "pace_ms"):
         if column in ok:
             agg = "mean" if column == "final_test_accuracy" else "first"
             values = ok.groupby(KEYS)[column].agg(agg).reset_index()

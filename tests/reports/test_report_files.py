@@ -213,3 +213,14 @@ def test_spread_row_only_where_final_models_differ(tmp_path):
     only_allreduce.mkdir()
     (path, _) = convergence_plots(evals[evals["algorithm"] == "allreduce"], only_allreduce)
     assert png_size(path.read_bytes())[1] == 6 * DPI  # identical final models: 2 rows
+
+
+def test_simulated_runs_are_flagged(results):
+    assert not load_runs(results)["simulated"].any()
+    path = next(results.glob("ps-async-mlp-digits-w2-none-*/summary.json"))
+    summary = json.loads(path.read_text())
+    path.write_text(json.dumps({**summary, "simulated": True}))
+    runs = load_runs(results)
+    assert runs["simulated"].sum() == 1
+    md = write_report(results)["md"].read_text()
+    assert "Simulated (`bench sim`" in md and "1 of 7 run(s)" in md
