@@ -131,3 +131,16 @@ def test_bad_arguments_are_refused():
         GroupGenerator(4, 5)
     with pytest.raises(ValueError, match="delta_c"):
         GroupGenerator(4, 2, delta_c=0)
+
+
+@pytest.mark.parametrize("algorithm", ["prague-smart", "prague-random"])
+def test_run_config_refuses_groups_larger_than_the_world(algorithm):
+    from hetbench.errors import UserError
+    from hetbench.harness.config import RunConfig
+
+    with pytest.raises(UserError, match="group_size"):
+        RunConfig(algorithm=algorithm, workload="mlp-digits", workers=3,
+                  algorithm_options={"group_size": 4})
+    with pytest.raises(UserError, match="group_size"):
+        RunConfig(algorithm=algorithm, workload="mlp-digits", workers=3,
+                  algorithm_options={"group_size": 1})

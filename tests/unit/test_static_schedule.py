@@ -62,3 +62,14 @@ def test_three_steps_are_not_enough_for_16_workers():
 def test_a_layout_that_does_not_divide_is_refused():
     with pytest.raises(ValueError, match="must divide"):
         static_groups(0, 10, 4)
+
+
+def test_run_config_refuses_a_layout_before_any_process_starts():
+    from hetbench.errors import UserError
+    from hetbench.harness.config import RunConfig
+
+    with pytest.raises(UserError, match="workers_per_node"):
+        RunConfig(algorithm="prague-static", workload="mlp-digits", workers=6)
+    config = RunConfig(algorithm="prague-static", workload="mlp-digits", workers=6,
+                       algorithm_options={"workers_per_node": 3})
+    assert config.algorithm_options["workers_per_node"] == 3
