@@ -79,6 +79,13 @@ def compare_frame(runs: pd.DataFrame, evals: pd.DataFrame, baseline: str,
             tp = ratio(Interval.of(mine["throughput"]), base_tp)
             mine_t = Interval.of(mine["run_id"].map(times))
             tt = ratio(mine_t, base_t)
+            missed = [f"{name} {i.n} of {len(rows)} seeds" for name, i, rows in
+                      ((algorithm, mine_t, mine), (baseline, base_t, base))
+                      if 0 < i.n < len(rows)]
+            if missed:
+                # The mean is over the seeds that reached it: say so, it flatters the laggard.
+                note = f"reached by {', '.join(missed)}"
+                tt = (*tt[:3], f"{tt[3]}; {note}" if tt[3] else note)
             if mine_t.n == 0 or base_t.n == 0:
                 who = [name for name, i in ((algorithm, mine_t), (baseline, base_t)) if i.n == 0]
                 tt = (*tt[:3], f"target not reached by {' and '.join(who)}"
