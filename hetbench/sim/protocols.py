@@ -13,6 +13,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from hetbench.algorithms import topologies
+from hetbench.sim.engine import encode_fields
 
 if TYPE_CHECKING:
     from hetbench.sim.engine import Engine
@@ -170,17 +171,22 @@ class _Meetings:
         self.p = protocol
         self.open: dict = {}
 
-    def join(self, key, members: tuple[int, ...], w: int, t: float, then) -> None:
-        """w arrives for group `key` at t; when all are in, then(w, t_end, wait_s) for each."""
-        arrivals = self.open.setdefault(key, [])
-        arrivals.append((w, t, then))
-        if len(arrivals) < len(members):
-            return
+    def join(self, key, size: int, w: int, t: float, payload) -> bool:
+        """w arrives at t for the group `key` of `size` members; when all are in, the protocol's
+        met(x, t_end, wait_s, payload_x) runs for each member x. True once the group met."""
+        arrivals = self.open.get(key)
+        if arrivals is None:
+            arrivals = self.open[key] = []
+        arrivals.append((w, t, payload))
+        if len(arrivals) < size:
+            return False
         del self.open[key]
         start = max(a[1] for a in arrivals)
-        end = start + self.p.net.p_reduce(self.p.model_bytes, len(members))
-        for x, t_x, then_x in arrivals:
-            then_x(x, end, start - t_x)
+        end = start + self.p.net.p_reduce(self.p.model_bytes, size)
+        met = self.p.met
+        for x, t_x, payload_x in arrivals:
+            met(x, end, start - t_x, payload_x)
+        return True
 
 
 class PragueStaticSim(Protocol):
@@ -206,12 +212,17 @@ class PragueStaticSim(Protocol):
 
     def ready(self, w):
         step, group = self._group(w)
-        fields = {"group": list(group), "gg_s": 0.0, "schedule_step": step}
+        fields = encode_fields({"group": list(group), "gg_s": 0.0, "schedule_step": step})
         if len(group) < 2:
             self.eng.end_step(w, self.eng.now, 0.0, fields)
-            return
-        self.meetings.join((step, group), group, w, self.eng.now,
-                           lambda x, end, wait: self.eng.end_step(x, end, wait, fields))
+        else:
+            self.meetings.join((step, group), len(group), w, self.eng.now, fields)
+
+    def met(self, w, end, wait_s, fields):
+        if fields is None:  # a step of finish()
+            self.eng.at(end, self._drain, w, end)
+        else:
+            self.eng.end_step(w, end, wait_s, fields)
 
     def finish(self, w, t):
         if self.end is None:
@@ -223,8 +234,7 @@ class PragueStaticSim(Protocol):
         while self.step[w] < self.end:
             step, group = self._group(w)
             if len(group) > 1:
-                self.meetings.join((step, group), group, w, t,
-                                   lambda x, end, _: self.eng.at(end, self._drain, x, end))
+                self.meetings.join((step, group), len(group), w, t, None)
                 return
         self.eng.done(w)
 
@@ -246,13 +256,23 @@ class PragueGeneratedSim(Protocol):
         self.rpc = self.net.alpha_s  # one way; a request's round trip is 2 alpha
         self.ready_delay = self.rpc
         self.meetings = _Meetings(self)
+        #: Event fields of each open group, encoded once for all its members.
+        self._fields: dict[int, str] = {}
 
     def ready(self, w):
         group = self.gg.request(w)
-        t_join = self.eng.now + self.rpc
-        fields = {"group": list(group.members), "gg_s": 2 * self.rpc, "group_id": group.id}
-        self.meetings.join(group.id, group.members, w, t_join,
-                           lambda x, end, wait: self.eng.end_step(x, end, wait, fields))
+        fields = self._fields.get(group.id)
+        if fields is None:
+            fields = self._fields[group.id] = encode_fields(
+                {"group": list(group.members), "gg_s": 2 * self.rpc, "group_id": group.id})
+        if self.meetings.join(group.id, len(group.members), w, self.eng.now + self.rpc, fields):
+            del self._fields[group.id]
+
+    def met(self, w, end, wait_s, fields):
+        if fields is None:  # a group of finish()
+            self.eng.at(end + self.rpc, self._drain, w)
+        else:
+            self.eng.end_step(w, end, wait_s, fields)
 
     def finish(self, w, t):
         self.eng.at(t + self.rpc, self._done, w)
@@ -267,8 +287,8 @@ class PragueGeneratedSim(Protocol):
         if group is None:
             self.eng.done(w)
             return
-        self.meetings.join(group.id, group.members, w, self.eng.now + self.rpc,
-                           lambda x, end, _: self.eng.at(end + self.rpc, self._drain, x))
+        if self.meetings.join(group.id, len(group.members), w, self.eng.now + self.rpc, None):
+            self._fields.pop(group.id, None)
 
 
 UPDATE, SKIP = 0, 1

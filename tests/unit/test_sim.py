@@ -1,0 +1,238 @@
+"""The simulator (hetbench.sim): cost formulas, protocol behaviour, and the result schema."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hetbench.algorithms import topologies
+from hetbench.algorithms.prague.schedule import static_group
+from hetbench.errors import UserError
+from hetbench.harness.config import RunConfig
+from hetbench.harness.launcher import summarize
+from hetbench.harness.store import read_jsonl
+from hetbench.sim.engine import simulate
+from hetbench.sim.model import ComputeModel, NetworkModel, SimModels, fit_compute, layout
+from hetbench.slowdown import parse_slowdown
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "results"
+NET = NetworkModel(alpha_s=1e-3, beta_bytes_per_s=1e8)
+MODELS = SimModels(NET, ComputeModel())
+
+
+def config(algorithm="allreduce", workers=4, slowdown="none", iterations=60, **kw):
+    return RunConfig(algorithm=algorithm, workload="mlp-digits", workers=workers,
+                     slowdown=slowdown, iterations=iterations, pace_ms=20, **kw)
+
+
+def events(run_dir: Path, workers: int) -> dict[int, list[dict]]:
+    return {r: read_jsonl(run_dir / f"events.rank{r}.jsonl")[0] for r in range(workers)}
+
+
+def test_ring_allreduce_and_p_reduce_formulas():
+    net = NetworkModel(alpha_s=2e-6, beta_bytes_per_s=1e9)
+    assert net.message(1000) == pytest.approx(2e-6 + 1e-6)
+    assert net.ring_allreduce(8e6, 8) == pytest.approx(2 * 7 / 8 * 8e-3 + 14 * 2e-6)
+    assert net.p_reduce(8e6, 4) == net.ring_allreduce(8e6, 4)
+    assert net.p_reduce(8e6, 1) == 0.0
+
+
+def test_allreduce_without_slowdown_is_exactly_workers_batch_over_compute_plus_allreduce(
+        tmp_path):
+    c = config(workers=4)
+    result = simulate(c, MODELS, tmp_path)
+    cost = sum(NET.ring_allreduce(b, 4) for b in layout(c).bucket_bytes)
+    assert result.summary["status"] == "ok"
+    assert result.summary["throughput"] == pytest.approx(4 * 32 / (0.020 + cost), rel=1e-9)
+    assert result.summary["iterations_per_worker"] == [60] * 4
+
+
+def test_deterministic_straggler_sets_allreduce_pace_but_not_hops(tmp_path):
+    k, c_s = 5, 0.020
+    allreduce = simulate(config(slowdown=f"det:{k}@1", workers=8), MODELS, tmp_path).summary
+    cost = sum(NET.ring_allreduce(b, 8) for b in layout(config()).bucket_bytes)
+    assert allreduce["throughput"] == pytest.approx(8 * 32 / (k * c_s + cost), rel=1e-9)
+
+    hop_cfg = config("hop", slowdown=f"det:{k}@1", workers=8,
+                     algorithm_options={"backup_workers": 1})
+    hop = simulate(hop_cfg, MODELS, tmp_path)
+    # Hop's fast workers are not held to the straggler's pace: well over twice allreduce's rate.
+    assert hop.summary["throughput"] > 2 * allreduce["throughput"]
+    straggler = events(hop.run_dir, 8)[1]
+    assert sum(e.get("skipped", 0) for e in straggler) > 0, "the straggler never skipped"
+
+
+def test_hop_iteration_gap_is_bounded_by_the_token_queues(tmp_path):
+    gap = 2
+    c = config("hop", slowdown="det:5@0", workers=6,
+               algorithm_options={"max_iteration_gap": gap, "skip": False})
+    logs = events(simulate(c, MODELS, tmp_path).run_dir, 6)
+    graph = topologies.ring(6)
+    for i in range(6):
+        for e in logs[i]:
+            # When i started iteration k (t_start), every neighbour had entered >= k - gap - 1
+            # (the token rule is checked for the iteration after the step).
+            for j in graph[i]:
+                entered = max((x["iteration"] for x in logs[j] if x["t_end"] <= e["t_start"]),
+                              default=-1) + 1
+                assert e["iteration"] - entered <= gap, (i, j, e["iteration"], entered)
+
+
+def test_hop_without_slowdown_waits_one_message_per_iteration(tmp_path):
+    c = config("hop", workers=4, algorithm_options={"backup_workers": 0})
+    summary = simulate(c, MODELS, tmp_path).summary
+    msg = NET.message(layout(c).model_bytes + 4 * 4)
+    assert summary["throughput"] == pytest.approx(4 * 32 / (0.020 + msg), rel=1e-6)
+
+
+def test_prague_smart_groups_never_conflict(tmp_path):
+    c = config("prague-smart", slowdown="prob:5", workers=16, iterations=80)
+    result = simulate(c, MODELS, tmp_path)
+    assert result.summary["status"] == "ok"
+    logs = events(result.run_dir, 16)
+    members_seen = defaultdict(dict)  # group id -> {worker: event}
+    for w, evs in logs.items():
+        ids = [e["group_id"] for e in evs]
+        assert ids == sorted(ids) and len(set(ids)) == len(ids), "groups out of global order"
+        for e in evs:
+            assert w in e["group"]
+            members_seen[e["group_id"]][w] = e
+    assert len(members_seen) > 100
+    for group_id, seen in members_seen.items():
+        group = next(iter(seen.values()))["group"]
+        assert all(e["group"] == group for e in seen.values())
+        # Every member logged in training met at the same instant (the P-Reduce's end); the
+        # rest ran it in finish(), which logs nothing.
+        assert len({e["t_end"] for e in seen.values()}) == 1, group_id
+
+
+def test_prague_smart_leaves_a_deterministic_straggler_behind_less_than_allreduce(tmp_path):
+    smart = simulate(config("prague-smart", slowdown="det:5@0", workers=16), MODELS, tmp_path)
+    allreduce = simulate(config(slowdown="det:5@0", workers=16), MODELS, tmp_path)
+    assert smart.summary["throughput"] > allreduce.summary["throughput"]
+
+
+def test_prague_static_groups_come_from_the_schedule(tmp_path):
+    c = config("prague-static", workers=8, algorithm_options={"workers_per_node": 4})
+    logs = events(simulate(c, MODELS, tmp_path).run_dir, 8)
+    for w, evs in logs.items():
+        for e in evs:
+            assert tuple(e["group"]) == static_group(w, e["schedule_step"], 8, 4)
+
+
+def test_adpsgd_peers_are_the_real_workers_draws(tmp_path):
+    c = config("adpsgd", workers=6)
+    logs = events(simulate(c, MODELS, tmp_path).run_dir, 6)
+    graph = topologies.bipartite(topologies.ring(6))
+    for w in (0, 2, 4):
+        rng = np.random.default_rng([c.seed, w, 17])
+        expected = [int(graph[w][rng.integers(len(graph[w]))]) for _ in logs[w]]
+        assert [e["peer"] for e in logs[w]] == expected
+    assert sum(e["served"] for w in (1, 3, 5) for e in logs[w]) > 0
+
+
+@pytest.mark.parametrize("algorithm", ["ps-sync", "ps-async", "dpsgd", "prague-random"])
+def test_every_protocol_finishes_its_budget_under_slowdown(tmp_path, algorithm):
+    result = simulate(config(algorithm, slowdown="prob:5", workers=6), MODELS, tmp_path)
+    assert result.summary["status"] == "ok", result.summary["cause"]
+    assert result.summary["iterations_per_worker"] == [60] * 6
+
+
+def test_ps_sync_serialises_at_the_server(tmp_path):
+    few = simulate(config("ps-sync", workers=2), MODELS, tmp_path).summary
+    many = simulate(config("ps-sync", workers=8), MODELS, tmp_path).summary
+    # Per-worker rate falls with more workers: the server's link carries every message.
+    assert many["throughput"] / 8 < few["throughput"] / 2
+
+
+def test_wall_clock_budget_stops_synchronous_workers_together(tmp_path):
+    c = RunConfig(algorithm="allreduce", workload="mlp-digits", workers=4, iterations=None,
+                  seconds=1.0, pace_ms=20)
+    summary = simulate(c, MODELS, tmp_path).summary
+    counts = summary["iterations_per_worker"]
+    assert len(set(counts)) == 1 and 10 < counts[0] < 50
+
+
+def test_summary_equals_the_harness_summary_of_the_files_written(tmp_path):
+    c = config("hop", slowdown="prob:5", workers=4)
+    result = simulate(c, MODELS, tmp_path)
+    from_files = summarize(c, result.run_dir)
+    for key, value in from_files.items():
+        if isinstance(value, float):
+            assert result.summary[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+        else:
+            assert result.summary[key] == value, key
+    assert result.summary["simulated"] is True
+    assert json.loads((result.run_dir / "env.json").read_text())["simulated"] is True
+
+
+def test_event_lines_have_the_real_schema(tmp_path):
+    result = simulate(config("prague-smart"), MODELS, tmp_path)
+    real = read_jsonl(FIXTURES / "allreduce-mlp-digits-w2-none-s1-762ae15f3d"
+                      / "events.rank0.jsonl")[0][0]
+    sim = read_jsonl(result.run_dir / "events.rank0.jsonl")[0][0]
+    assert set(real) <= set(sim)
+    assert math.isnan(sim["loss"]) and sim["run_id"] == result.config.run_id
+    assert {"group", "gg_s", "group_id"} <= set(sim)
+
+
+def test_load_runs_reads_simulated_runs(tmp_path):
+    from hetbench.reports.load import load_runs
+
+    for algorithm in ("allreduce", "hop"):
+        simulate(config(algorithm), MODELS, tmp_path)
+    runs = load_runs(tmp_path)
+    assert sorted(runs["algorithm"]) == ["allreduce", "hop"]
+    assert (runs["status"] == "ok").all() and runs["simulated"].all()
+    assert (runs["throughput"] > 0).all()
+
+
+def test_a_real_run_directory_is_never_overwritten(tmp_path):
+    c = config()
+    (tmp_path / c.run_id).mkdir()
+    (tmp_path / c.run_id / "summary.json").write_text('{"status": "ok"}')
+    with pytest.raises(UserError, match="real"):
+        simulate(c, MODELS, tmp_path)
+    simulate(config(iterations=50), MODELS, tmp_path)
+    again = simulate(config(iterations=50), MODELS, tmp_path)  # a simulated one is replaced
+    assert again.summary["iterations"] == 200
+
+
+def test_compute_model_sources():
+    assert ComputeModel(constant_s=0.05).seconds(config()) == 0.05
+    assert ComputeModel(constant_s=0.001).seconds(config()) == 0.020  # the pacing floor
+    assert ComputeModel().seconds(config()) == 0.020
+    emulated = RunConfig(algorithm="allreduce", workload="mlp-digits", workers=2,
+                         workload_options={"compute": "emulated", "compute_ms": 7.0})
+    assert ComputeModel().seconds(emulated) == pytest.approx(0.007)
+    unpaced = RunConfig(algorithm="allreduce", workload="mlp-digits", workers=2)
+    with pytest.raises(UserError, match="compute"):
+        ComputeModel().seconds(unpaced)
+
+
+def test_fit_compute_from_real_runs_keeps_only_unslowed_iterations():
+    model = fit_compute(FIXTURES)
+    paced = RunConfig(algorithm="allreduce", workload="mlp-digits", workers=2, pace_ms=10)
+    fitted = model.seconds(paced)
+    slowed = unslowed = 0
+    for run in ("allreduce-mlp-digits-w2-prob_3-s1-0faad71447",
+                "ps-async-mlp-digits-w2-prob_3-s1-0560b9e963"):
+        cfg = json.loads((FIXTURES / run / "config.json").read_text())
+        injector = parse_slowdown(cfg["slowdown"], cfg["seed"])
+        injector.validate(2)
+        for e in read_jsonl(FIXTURES / run / "events.rank0.jsonl")[0][5:]:
+            if injector.factor(0, e["iteration"], 0.0) > 1:
+                slowed += 1
+                assert e["compute_s"] + e["slowdown_s"] > 2 * fitted  # 3x: left out of the fit
+            else:
+                unslowed += 1
+    assert slowed and unslowed
+    # The pacing floor is 10 ms; the fit adds what pacing overshoots by, never a slowdown.
+    assert 0.010 <= fitted < 0.013
+    with pytest.raises(UserError, match="pace_ms 20"):
+        model.seconds(config())
