@@ -30,10 +30,8 @@ test-all: setup
 
 lint: setup
 	$(VENV)/bin/ruff check hetbench tests benchmarks
-	$(VENV)/bin/ruff format --check hetbench tests benchmarks
 
 format: setup
-	$(VENV)/bin/ruff format hetbench tests benchmarks
 	$(VENV)/bin/ruff check --fix hetbench tests benchmarks
 
 benchmarks: setup

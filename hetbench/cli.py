@@ -89,6 +89,10 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         for config in configs:
             click.echo(f"{config.run_id}  {config.label()}")
         return
+    from hetbench.harness.store import write_json_atomic
+
+    # The matrix as run (file + flags), so `bench report` finds its `target` later.
+    write_json_atomic(out_dir / "matrix.json", spec)
     _run_with_progress(configs, out_dir, force)
 
 

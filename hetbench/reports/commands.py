@@ -14,8 +14,10 @@ TARGET_HELP = ("Convergence target: accuracy:V or loss:V for every workload, or 
                "WORKLOAD=accuracy:V; repeatable. Default: the matrix's, else picked from the runs.")
 
 
-def _targets(target: tuple[str, ...], matrix: Path | None):
-    """--target values over the matrix file's `target`, which is over none."""
+def _targets(target: tuple[str, ...], matrix: Path | None, results_dir: Path):
+    """--target values over the matrix's `target` (--matrix, else the matrix.json that
+    `bench run` stored in the results directory), which is over none."""
+    from hetbench.harness.store import read_json
     from hetbench.reports.targets import parse_targets, targets_from_matrix
 
     found = {}
@@ -23,6 +25,8 @@ def _targets(target: tuple[str, ...], matrix: Path | None):
         from hetbench.harness.matrix import load_matrix_file
 
         found.update(targets_from_matrix(load_matrix_file(matrix)))
+    elif (results_dir / "matrix.json").is_file():
+        found.update(targets_from_matrix(read_json(results_dir / "matrix.json")))
     found.update(parse_targets(target))
     return found
 
@@ -33,7 +37,7 @@ def _targets(target: tuple[str, ...], matrix: Path | None):
               help="Algorithm that throughput and time to target are normalised to.")
 @click.option("--target", multiple=True, help=TARGET_HELP)
 @click.option("--matrix", type=click.Path(path_type=Path),
-              help="Matrix file whose `target` to use (the runs do not store it).")
+              help="Matrix file whose `target` to use (default: the one `bench run` stored).")
 @click.option("--timeline", "timeline_run",
               help="Run id (or unique prefix) to draw the per-worker timeline of. Default: the "
                    "baseline's run with the most injected slowdown.")
@@ -42,7 +46,8 @@ def report_cmd(results_dir: Path, baseline: str, target: tuple[str, ...], matrix
     """Write report.md/.csv/.html, time-to-target, convergence plots and a timeline."""
     from hetbench.reports.report import write_report
 
-    paths = write_report(results_dir, baseline, _targets(target, matrix), timeline_run)
+    paths = write_report(results_dir, baseline, _targets(target, matrix, results_dir),
+                         timeline_run)
     for kind, path in paths.items():
         click.echo(f"{kind}: {path}")
 
@@ -61,7 +66,7 @@ def compare_cmd(results_dir: Path, baseline: str, target: tuple[str, ...],
     from hetbench.reports.compare import CONFIDENCE, compare_frame, compare_markdown
     from hetbench.reports.report import build_report
 
-    report = build_report(results_dir, baseline, _targets(target, matrix))
+    report = build_report(results_dir, baseline, _targets(target, matrix, results_dir))
     frame = compare_frame(report.runs, report.evals, baseline, report.targets)
     if frame.empty:
         algorithms = sorted(report.runs["algorithm"].unique())
