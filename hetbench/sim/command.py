@@ -25,8 +25,9 @@ from hetbench.errors import UserError
 @click.option("--pace-ms", type=float, help="Floor on each iteration's compute time (ms).")
 @click.option("--out", type=click.Path(path_type=Path),
               help="Results directory (default results/sim/<matrix name>).")
-@click.option("--alpha-us", type=float, default=20.0, show_default=True,
-              help="Network latency per message (microseconds).")
+@click.option("--alpha-us", type=float,
+              help="Network latency per message (microseconds); default 20, or fitted from "
+                   "the allreduce runs under --fit-from.")
 @click.option("--beta-gbps", type=float, default=10.0, show_default=True,
               help="Network bandwidth per link (Gbit/s).")
 @click.option("--compute-ms", type=float,
@@ -34,17 +35,25 @@ from hetbench.errors import UserError
                    "emulated-compute workload.")
 @click.option("--fit-from", type=click.Path(path_type=Path),
               help="Fit compute time per workload (and pace) from the real runs in this "
-                   "results directory.")
+                   "results directory, and alpha from its allreduce runs.")
+@click.option("--against", type=click.Path(path_type=Path),
+              help="Simulate every finished real run in this results directory (their own "
+                   "configs; the matrix is not used) and print simulated vs measured.")
 @click.option("--dry-run", is_flag=True, help="List the runs the matrix expands to, run nothing.")
 def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
-            pace_ms, out, alpha_us, beta_gbps, compute_ms, fit_from, dry_run) -> None:
+            pace_ms, out, alpha_us, beta_gbps, compute_ms, fit_from, against, dry_run) -> None:
     """Simulate a matrix (discrete events) and write results that `bench report` reads."""
     from hetbench.cli import _check_writable, _parse_seeds
     from hetbench.harness.matrix import expand, load_matrix_file, split_list
-    from hetbench.sim.model import ComputeModel, NetworkModel, SimModels, fit_compute
 
     if compute_ms is not None and fit_from is not None:
         raise UserError("give either --compute-ms or --fit-from, not both")
+    if against is not None:
+        if matrix_file is not None:
+            raise UserError("--against replays the real runs' own configs; drop the matrix file")
+        models = _models(alpha_us, beta_gbps, compute_ms, fit_from)
+        _against(against, models, out or Path("results") / "sim" / "against")
+        return
     spec = load_matrix_file(matrix_file) if matrix_file else {"name": "adhoc"}
     flags = {
         "algorithms": split_list(algorithms, str, "--algorithms"),
@@ -65,22 +74,50 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         for config in configs:
             click.echo(f"{config.run_id}  {config.label()}")
         return
-    if alpha_us is None or alpha_us < 0:
-        raise UserError(f"--alpha-us must be >= 0, got {alpha_us}")
-    if beta_gbps is None or beta_gbps <= 0:
-        raise UserError(f"--beta-gbps must be > 0, got {beta_gbps}")
-    if compute_ms is not None and compute_ms < 0:
-        raise UserError(f"--compute-ms must be >= 0, got {compute_ms}")
-    network = NetworkModel(alpha_s=alpha_us * 1e-6, beta_bytes_per_s=beta_gbps * 1e9 / 8)
-    if fit_from is not None:
-        compute = fit_compute(fit_from)
-    else:
-        compute = ComputeModel(constant_s=None if compute_ms is None else compute_ms / 1000)
-    models = SimModels(network, compute)
+    models = _models(alpha_us, beta_gbps, compute_ms, fit_from)
     for config in configs:
         models.compute.seconds(config)  # a missing compute time fails before anything runs
     _check_writable(out_dir)
     _simulate_all(configs, models, out_dir)
+
+
+def _models(alpha_us, beta_gbps, compute_ms, fit_from):
+    """The cost models the flags ask for (fitting from real runs where asked)."""
+    from hetbench.sim.model import ComputeModel, NetworkModel, SimModels, fit_alpha, fit_compute
+
+    if alpha_us is not None and alpha_us < 0:
+        raise UserError(f"--alpha-us must be >= 0, got {alpha_us:g}")
+    if beta_gbps <= 0:
+        raise UserError(f"--beta-gbps must be > 0, got {beta_gbps:g}")
+    if compute_ms is not None and compute_ms < 0:
+        raise UserError(f"--compute-ms must be >= 0, got {compute_ms:g}")
+    beta = beta_gbps * 1e9 / 8
+    if fit_from is not None:
+        compute = fit_compute(fit_from)
+        if alpha_us is None:
+            fitted = fit_alpha(fit_from, beta)
+            if fitted is not None:
+                alpha_us = fitted * 1e6
+                click.echo(f"alpha fitted from the allreduce runs in {fit_from}: "
+                           f"{alpha_us:.1f} us")
+    else:
+        compute = ComputeModel(constant_s=None if compute_ms is None else compute_ms / 1000)
+    network = NetworkModel(alpha_s=(20.0 if alpha_us is None else alpha_us) * 1e-6,
+                           beta_bytes_per_s=beta)
+    return SimModels(network, compute)
+
+
+def _against(real_dir: Path, models, out_dir: Path) -> None:
+    from hetbench.cli import _check_writable
+    from hetbench.sim.validate import compare_with_real, markdown
+
+    if not Path(real_dir).is_dir():
+        raise UserError(f"--against {real_dir}: no such directory")
+    _check_writable(out_dir)
+    rows = compare_with_real(real_dir, models, out_dir)
+    if not rows:
+        raise UserError(f"--against {real_dir}: no finished real runs there")
+    click.echo(markdown(rows))
 
 
 def _simulate_all(configs, models, out_dir: Path) -> None:

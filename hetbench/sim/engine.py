@@ -42,6 +42,8 @@ class Engine:
         self.layout = layout(config)
         self.n = config.workers
         self.compute_s = models.compute.seconds(config)
+        self._draw = models.compute.sampler(config)
+        self._compute_s = [self.compute_s] * self.n
         self.injector = config.injector()
         self.sink = sink
         self.now = 0.0
@@ -108,10 +110,12 @@ class Engine:
 
     def _compute(self, w: int, t: float) -> None:
         k = self.iteration[w]
-        slow = (self.injector.factor(w, k, t) - 1.0) * self.compute_s
+        compute = self.compute_s if self._draw is None else self._draw(w)
+        slow = (self.injector.factor(w, k, t) - 1.0) * compute
         self.t_start[w] = t
+        self._compute_s[w] = compute
         self._slowdown[w] = slow
-        t_sync = t + self.compute_s + slow
+        t_sync = t + compute + slow
         self.t_sync[w] = t_sync
         self.at(t_sync + self.protocol.ready_delay, self.protocol.ready, w)
 
@@ -129,7 +133,7 @@ class Engine:
         step_s = t_end - self.t_sync[w]
         wait_s = min(max(wait_s, 0.0), step_s)
         if self.sink is not None:
-            self.sink.add(w, k, self.t_start[w], t_end, self.compute_s, self._slowdown[w],
+            self.sink.add(w, k, self.t_start[w], t_end, self._compute_s[w], self._slowdown[w],
                           step_s - wait_s, wait_s, fields)
         self.events += 1
         self.iteration[w] = k + 1 if next_iteration is None else next_iteration

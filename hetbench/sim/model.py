@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -84,13 +85,16 @@ def _layout(workload: str, options_json: str, seed: int, bucket_mb: float) -> La
 class ComputeModel:
     """Seconds of compute per iteration: a constant, or fitted per workload from real runs.
 
-    The pacing floor applies on top, as in a real run: compute = max(model's time, pace_ms).
+    Fitted, each iteration's compute is drawn (seeded, per worker) from the real runs' unslowed
+    iterations, so their jitter reaches the simulated waits: a synchronous step waits for the
+    slowest of n draws, not for the median. The pacing floor applies on top, as in a real run:
+    compute = max(model's time, pace_ms).
     """
 
     #: A constant for every workload (seconds), overriding the rest.
     constant_s: float | None = None
-    #: Fitted from real runs: (workload, pace_ms) -> median unslowed compute seconds.
-    fitted: dict[tuple[str, float], float] = field(default_factory=dict)
+    #: Fitted from real runs: (workload, pace_ms) -> sorted unslowed compute seconds.
+    fitted: dict[tuple[str, float], tuple[float, ...]] = field(default_factory=dict)
     #: Where `fitted` came from (for error messages and the summary).
     fitted_from: str | None = None
 
@@ -99,19 +103,45 @@ class ComputeModel:
             raise UserError(f"compute time must be >= 0 ms, got {self.constant_s * 1e3:g}")
 
     def seconds(self, config: RunConfig) -> float:
-        """Compute seconds of one unslowed iteration of `config`."""
+        """Compute seconds of one unslowed iteration of `config` (the median, when fitted)."""
+        samples = self._samples(config)
+        if samples is not None:
+            return max(statistics.median(samples), config.pace_ms / 1000)
+        return self._constant(config)
+
+    def sampler(self, config: RunConfig) -> Callable[[int], float] | None:
+        """draw(worker) -> one iteration's compute seconds, or None when compute is constant."""
+        samples = self._samples(config)
+        if samples is None:
+            return None
+        import numpy as np
+
+        pace = config.pace_ms / 1000
+        values = np.maximum(np.asarray(samples), pace).tolist()
+        rngs = [np.random.default_rng([config.seed, w, 23]) for w in range(config.workers)]
+        count = len(values)
+
+        def draw(worker: int) -> float:
+            return values[int(rngs[worker].integers(count))]
+
+        return draw
+
+    def _samples(self, config: RunConfig) -> tuple[float, ...] | None:
+        if self.constant_s is not None or self.fitted_from is None:
+            return None
+        key = (config.workload, float(config.pace_ms))
+        if key not in self.fitted:
+            have = ", ".join(f"{w} (pace {p:g} ms)" for w, p in sorted(self.fitted)) or "none"
+            raise UserError(
+                f"--fit-from {self.fitted_from}: no real run of {config.workload} with "
+                f"pace_ms {config.pace_ms:g} to fit compute from (fitted: {have}); "
+                "pass --compute-ms instead")
+        return self.fitted[key]
+
+    def _constant(self, config: RunConfig) -> float:
         pace = config.pace_ms / 1000
         if self.constant_s is not None:
             return max(self.constant_s, pace)
-        if self.fitted_from is not None:
-            key = (config.workload, float(config.pace_ms))
-            if key not in self.fitted:
-                have = ", ".join(f"{w} (pace {p:g} ms)" for w, p in sorted(self.fitted)) or "none"
-                raise UserError(
-                    f"--fit-from {self.fitted_from}: no real run of {config.workload} with "
-                    f"pace_ms {config.pace_ms:g} to fit compute from (fitted: {have}); "
-                    "pass --compute-ms instead")
-            return max(self.fitted[key], pace)
         if config.compute == "emulated":
             return max(config.workload_options["compute_ms"] / 1000, pace)
         if pace > 0:
@@ -124,7 +154,7 @@ class ComputeModel:
         if self.constant_s is not None:
             return "constant (--compute-ms)"
         if self.fitted_from is not None:
-            return f"fitted from {self.fitted_from}"
+            return f"drawn from unslowed real iterations in {self.fitted_from}"
         return "emulated compute_ms" if config.compute == "emulated" else "pace_ms"
 
 
@@ -147,7 +177,7 @@ class SimModels:
 
 
 def fit_compute(results_dir: Path) -> ComputeModel:
-    """Median compute of unslowed, post-warm-up iterations of real runs, per (workload, pace).
+    """Compute times of unslowed, post-warm-up iterations of real runs, per (workload, pace).
 
     A real iteration's compute is compute_s plus the part of slowdown_s that was not injected
     (the sleep overshoot), so an iteration counts only where the run's injector, rebuilt from
@@ -186,5 +216,40 @@ def fit_compute(results_dir: Path) -> ComputeModel:
                     samples.setdefault(key, []).append(e["compute_s"] + e["slowdown_s"])
     if not samples:
         raise UserError(f"--fit-from {results_dir}: no finished real runs with events there")
-    return ComputeModel(fitted={k: statistics.median(v) for k, v in samples.items()},
+    return ComputeModel(fitted={k: tuple(sorted(v)) for k, v in samples.items()},
                         fitted_from=str(results_dir))
+
+
+def fit_alpha(results_dir: Path, beta_bytes_per_s: float) -> float | None:
+    """Per-message latency that makes the ring all-reduce formula match real allreduce runs.
+
+    From every finished real allreduce run without slowdown under `results_dir`: the median
+    post-warm-up comm_s (real allreduce counts waiting for a late peer as communication, so
+    only unslowed runs and the median are used), less the bandwidth term, over the formula's
+    2(n-1) latencies per bucket. The median over runs; None if there is no such run.
+    """
+    from hetbench.harness.store import read_json, read_jsonl
+    from hetbench.reports.load import run_dirs
+
+    estimates = []
+    for run_dir in run_dirs(Path(results_dir)):
+        try:
+            raw = read_json(run_dir / "config.json")
+            summary = read_json(run_dir / "summary.json")
+        except (OSError, ValueError):
+            continue
+        if (raw.get("algorithm") != "allreduce" or raw.get("slowdown") != "none"
+                or summary.get("status") != "ok" or summary.get("simulated")):
+            continue
+        config = RunConfig.from_dict(raw)
+        n = config.workers
+        comm = [e["comm_s"] for r in range(n)
+                for e in read_jsonl(run_dir / f"events.rank{r}.jsonl")[0]
+                [config.warmup_iterations:]]
+        if not comm:
+            continue
+        buckets = layout(config).bucket_bytes
+        bandwidth = sum(2 * (n - 1) / n * b / beta_bytes_per_s for b in buckets)
+        estimates.append(max(statistics.median(comm) - bandwidth, 0.0)
+                         / (2 * (n - 1) * len(buckets)))
+    return statistics.median(estimates) if estimates else None

@@ -1,0 +1,56 @@
+"""Simulated vs measured: replay every finished real run of a results directory in the simulator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hetbench.harness.config import RunConfig
+from hetbench.harness.store import read_json
+from hetbench.sim.engine import simulate
+from hetbench.sim.model import SimModels
+
+
+def compare_with_real(real_dir: Path, models: SimModels, out_dir: Path) -> list[dict[str, Any]]:
+    """One row per ok real run under `real_dir`: its throughput, the simulated one, the error."""
+    from hetbench.reports.load import run_dirs
+
+    rows = []
+    for run_dir in run_dirs(Path(real_dir)):
+        try:
+            summary = read_json(run_dir / "summary.json")
+            config = RunConfig.from_dict(read_json(run_dir / "config.json"))
+        except (OSError, ValueError):
+            continue
+        if summary.get("status") != "ok" or summary.get("simulated"):
+            continue
+        simulated = simulate(config, models, out_dir).summary
+        measured = summary["throughput"]
+        rows.append({
+            "algorithm": config.algorithm, "workers": config.workers,
+            "slowdown": config.slowdown, "measured": measured,
+            "simulated": simulated["throughput"],
+            "error_pct": 100 * (simulated["throughput"] / measured - 1) if measured else None,
+        })
+    rows.sort(key=lambda r: (r["workers"], r["algorithm"], r["slowdown"]))
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """The rows as a markdown table, with the mean absolute error per slowdown below it."""
+    lines = ["| algorithm | workers | slowdown | measured (samples/s) | simulated | error |",
+             "|---|---:|---|---:|---:|---:|"]
+    for r in rows:
+        error = "" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%"
+        lines.append(f"| {r['algorithm']} | {r['workers']} | {r['slowdown']} | "
+                     f"{r['measured']:.0f} | {r['simulated']:.0f} | {error} |")
+    by_slowdown: dict[str, list[float]] = {}
+    for r in rows:
+        if r["error_pct"] is not None:
+            by_slowdown.setdefault(r["slowdown"], []).append(abs(r["error_pct"]))
+    lines.append("")
+    for slowdown, errors in sorted(by_slowdown.items()):
+        within = sum(e <= 15 for e in errors)
+        lines.append(f"- {slowdown}: mean |error| {sum(errors) / len(errors):.1f}%, "
+                     f"{within}/{len(errors)} within 15%")
+    return "\n".join(lines)
