@@ -1,0 +1,66 @@
+"""`bench sim` through the real CLI: results that `bench report` and `bench compare` read."""
+
+import csv
+import json
+import subprocess
+
+MATRIX = """
+name = "tiny-sim"
+algorithms = ["allreduce", "prague-smart", "hop"]
+workloads = ["mlp-digits"]
+workers = [4]
+slowdown = ["none", "det:5@0"]
+iterations = 40
+pace_ms = 20
+"""
+
+
+def bench(cmd, *args, env, timeout=240):
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def test_sim_then_report_and_compare(tmp_path, bench_cmd, cli_env):
+    matrix = tmp_path / "tiny.toml"
+    matrix.write_text(MATRIX)
+    out = tmp_path / "sim"
+    result = bench(bench_cmd, "sim", str(matrix), "--workers", "4,8", "--alpha-us", "500",
+                   "--out", str(out), env=cli_env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("sim  ") == 12
+    assert "predicted throughput vs allreduce" in result.stdout
+    runs = sorted(p for p in out.iterdir() if p.is_dir())
+    assert len(runs) == 12
+    summary = json.loads((runs[0] / "summary.json").read_text())
+    assert summary["simulated"] is True and summary["status"] == "ok"
+    assert summary["sim"]["alpha_us"] == 500
+
+    report = bench(bench_cmd, "report", str(out), env=cli_env)
+    assert report.returncode == 0, report.stderr
+    with (out / "report.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 12
+    hop_det = next(r for r in rows if r["algorithm"] == "hop" and r["slowdown"] == "det:5@0"
+                   and r["workers"] == "8")
+    assert float(hop_det["throughput_vs_allreduce"]) > 2
+
+    compare = bench(bench_cmd, "compare", str(out), env=cli_env)
+    assert compare.returncode == 0, compare.stderr
+    assert "prague-smart" in compare.stdout
+
+
+def test_sim_bad_input_is_one_line_and_exit_2(tmp_path, bench_cmd, cli_env):
+    cases = [
+        ("--algorithms", "allreduce", "--workloads", "mlp-digits", "--workers", "4"),
+        ("--algorithms", "allreduce", "--workloads", "mlp-digits", "--workers", "4",
+         "--compute-ms", "5", "--fit-from", str(tmp_path)),
+        ("--algorithms", "allreduce", "--workloads", "mlp-digits", "--workers", "4",
+         "--pace-ms", "20", "--beta-gbps", "0"),
+        ("--algorithms", "nope", "--workloads", "mlp-digits", "--workers", "4"),
+        ("--against", str(tmp_path / "missing"), "--compute-ms", "10"),
+    ]
+    for args in cases:
+        result = bench(bench_cmd, "sim", *args, "--out", str(tmp_path / "o"), env=cli_env)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), (args, result.stderr)
