@@ -30,6 +30,8 @@ from hetbench.errors import UserError
                    "the allreduce runs under --fit-from.")
 @click.option("--beta-gbps", type=float, default=10.0, show_default=True,
               help="Network bandwidth per link (Gbit/s).")
+@click.option("--group-setup-ms", type=float, default=0.0, show_default=True,
+              help="Cost of building a P-Reduce member communicator on a cache miss (ms).")
 @click.option("--compute-ms", type=float,
               help="Compute time per iteration (ms); default: pace_ms, or compute_ms of an "
                    "emulated-compute workload.")
@@ -41,7 +43,8 @@ from hetbench.errors import UserError
                    "configs; the matrix is not used) and print simulated vs measured.")
 @click.option("--dry-run", is_flag=True, help="List the runs the matrix expands to, run nothing.")
 def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
-            pace_ms, out, alpha_us, beta_gbps, compute_ms, fit_from, against, dry_run) -> None:
+            pace_ms, out, alpha_us, beta_gbps, group_setup_ms, compute_ms, fit_from, against,
+            dry_run) -> None:
     """Simulate a matrix (discrete events) and write results that `bench report` reads."""
     from hetbench.cli import _check_writable, _parse_seeds
     from hetbench.harness.matrix import expand, load_matrix_file, split_list
@@ -51,7 +54,7 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
     if against is not None:
         if matrix_file is not None:
             raise UserError("--against replays the real runs' own configs; drop the matrix file")
-        models = _models(alpha_us, beta_gbps, compute_ms, fit_from)
+        models = _models(alpha_us, beta_gbps, group_setup_ms, compute_ms, fit_from)
         _against(against, models, out or Path("results") / "sim" / "against")
         return
     spec = load_matrix_file(matrix_file) if matrix_file else {"name": "adhoc"}
@@ -74,14 +77,14 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         for config in configs:
             click.echo(f"{config.run_id}  {config.label()}")
         return
-    models = _models(alpha_us, beta_gbps, compute_ms, fit_from)
+    models = _models(alpha_us, beta_gbps, group_setup_ms, compute_ms, fit_from)
     for config in configs:
         models.compute.seconds(config)  # a missing compute time fails before anything runs
     _check_writable(out_dir)
     _simulate_all(configs, models, out_dir)
 
 
-def _models(alpha_us, beta_gbps, compute_ms, fit_from):
+def _models(alpha_us, beta_gbps, group_setup_ms, compute_ms, fit_from):
     """The cost models the flags ask for (fitting from real runs where asked)."""
     from hetbench.sim.model import ComputeModel, NetworkModel, SimModels, fit_alpha, fit_compute
 
@@ -91,6 +94,8 @@ def _models(alpha_us, beta_gbps, compute_ms, fit_from):
         raise UserError(f"--beta-gbps must be > 0, got {beta_gbps:g}")
     if compute_ms is not None and compute_ms < 0:
         raise UserError(f"--compute-ms must be >= 0, got {compute_ms:g}")
+    if group_setup_ms < 0:
+        raise UserError(f"--group-setup-ms must be >= 0, got {group_setup_ms:g}")
     beta = beta_gbps * 1e9 / 8
     if fit_from is not None:
         compute = fit_compute(fit_from)
@@ -103,7 +108,7 @@ def _models(alpha_us, beta_gbps, compute_ms, fit_from):
     else:
         compute = ComputeModel(constant_s=None if compute_ms is None else compute_ms / 1000)
     network = NetworkModel(alpha_s=(20.0 if alpha_us is None else alpha_us) * 1e-6,
-                           beta_bytes_per_s=beta)
+                           beta_bytes_per_s=beta, group_setup_s=group_setup_ms / 1000)
     return SimModels(network, compute)
 
 

@@ -256,7 +256,7 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path) -> SimResult:
         "world_size": config.world_size, "slowdown": config.slowdown, "seed": config.seed,
         "pace_ms": config.pace_ms, "compute": config.compute, "synthetic": config.synthetic,
         **sink.summary(config),
-        "simulated": True, "sim": models.to_dict(config),
+        "simulated": True, "sim": {**models.to_dict(config), **engine.protocol.stats()},
     }
     # A simulated run has no start-up: its wall time is the simulated training span.
     summary["wall_s"] = summary["train_wall_s"]

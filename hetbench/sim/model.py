@@ -26,12 +26,16 @@ class NetworkModel:
     alpha_s: float = 20e-6
     #: Bandwidth per link, bytes per second.
     beta_bytes_per_s: float = 10e9 / 8
+    #: Seconds to build a P-Reduce member communicator (a member-set cache miss).
+    group_setup_s: float = 0.0
 
     def __post_init__(self):
         if self.alpha_s < 0 or not math.isfinite(self.alpha_s):
             raise UserError(f"network latency must be >= 0, got {self.alpha_s * 1e6:g} us")
         if self.beta_bytes_per_s <= 0 or not math.isfinite(self.beta_bytes_per_s):
             raise UserError("network bandwidth must be > 0 Gbit/s")
+        if self.group_setup_s < 0:
+            raise UserError(f"group set-up time must be >= 0, got {self.group_setup_s:g} s")
 
     def message(self, nbytes: float) -> float:
         """One point-to-point message."""
@@ -170,6 +174,7 @@ class SimModels:
         return {
             "alpha_us": self.network.alpha_s * 1e6,
             "beta_gbps": self.network.beta_bytes_per_s * 8 / 1e9,
+            "group_setup_ms": self.network.group_setup_s * 1e3,
             "compute_ms": self.compute.seconds(config) * 1e3,
             "compute_model": self.compute.describe(config),
             "model_bytes": layout(config).model_bytes,

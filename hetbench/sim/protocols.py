@@ -9,7 +9,7 @@ algorithm; the groups and neighbours come from the same pure code the real algor
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
 from hetbench.algorithms import topologies
@@ -38,6 +38,13 @@ class Protocol:
     def finish(self, w: int, t: float) -> None:
         self.eng.done(w)
 
+    def stats(self) -> dict:
+        """Protocol counters for the summary (e.g. P-Reduce communicator cache hits)."""
+        meetings = getattr(self, "meetings", None)
+        if meetings is None:
+            return {}
+        return {"preduce_cache_hits": meetings.hits, "preduce_cache_misses": meetings.misses}
+
 
 class AllReduceSim(Protocol):
     """Everyone waits for the last gradient, then one ring all-reduce per bucket."""
@@ -58,26 +65,32 @@ class AllReduceSim(Protocol):
 
 
 class PSSyncSim(Protocol):
-    """Gradients queue at the server's link in arrival order; parameters go back one by one."""
+    """Gradients share the server's link in arrival order; parameters go back one by one.
+
+    The server posts every receive (and later every send) at once, so the messages' latencies
+    overlap and only their bytes queue on its link: n gradients cost alpha + n * bytes/beta.
+    """
 
     def __init__(self, engine):
         super().__init__(engine)
+        beta = self.net.beta_bytes_per_s
         # A gradient message carries one flag element more than the model.
-        self.push = self.net.message(self.model_bytes + 4)
-        self.pull = self.net.message(self.model_bytes)
+        self.push = (self.model_bytes + 4) / beta
+        self.pull = self.model_bytes / beta
         self.arrived: list[int] = []
 
     def ready(self, w):
         self.arrived.append(w)
         if len(self.arrived) < self.n:
             return
-        t_sync = self.eng.t_sync
+        t_sync, alpha = self.eng.t_sync, self.net.alpha_s
         free = 0.0
         for x in self.arrived:  # arrival order
-            free = max(free, t_sync[x]) + self.push
+            free = max(free, t_sync[x] + alpha) + self.push
         for i, x in enumerate(sorted(self.arrived)):  # the server sends to workers 0..n-1
-            end = free + (i + 1) * self.pull
-            self.eng.end_step(x, end, end - t_sync[x] - self.push - self.pull)
+            end = free + alpha + (i + 1) * self.pull
+            own = 2 * alpha + self.push + self.pull
+            self.eng.end_step(x, end, end - t_sync[x] - own)
         self.arrived = []
 
 
@@ -165,24 +178,44 @@ class ADPSGDSim(Protocol):
 
 
 class _Meetings:
-    """P-Reduce meetings: a group's collective starts when its last member arrives."""
+    """P-Reduce meetings: a group's collective starts when its last member arrives.
+
+    As Comm.member_group does, the members first agree through the store (one round trip,
+    2 alpha) whether all of them still hold the group's communicator in their LRU caches of
+    `cache_size`; if one does not, they all build a new one (network.group_setup_s).
+    """
 
     def __init__(self, protocol: Protocol):
         self.p = protocol
         self.open: dict = {}
+        self.cache_size = protocol.config.cache_size
+        self.caches = [OrderedDict() for _ in range(protocol.n)]
+        self.hits = self.misses = 0
 
-    def join(self, key, size: int, w: int, t: float, payload) -> bool:
-        """w arrives at t for the group `key` of `size` members; when all are in, the protocol's
+    def join(self, key, members: tuple[int, ...], w: int, t: float, payload) -> bool:
+        """w arrives at t for the group `key` of `members`; when all are in, the protocol's
         met(x, t_end, wait_s, payload_x) runs for each member x. True once the group met."""
         arrivals = self.open.get(key)
         if arrivals is None:
             arrivals = self.open[key] = []
         arrivals.append((w, t, payload))
-        if len(arrivals) < size:
+        if len(arrivals) < len(members):
             return False
         del self.open[key]
+        net = self.p.net
         start = max(a[1] for a in arrivals)
-        end = start + self.p.net.p_reduce(self.p.model_bytes, size)
+        end = start + 2 * net.alpha_s + net.p_reduce(self.p.model_bytes, len(members))
+        if not all(members in self.caches[x] for x in members):
+            self.misses += 1
+            end += net.group_setup_s
+        else:
+            self.hits += 1
+        for x in members:
+            cache = self.caches[x]
+            cache[members] = True
+            cache.move_to_end(members)
+            if len(cache) > self.cache_size:
+                cache.popitem(last=False)
         met = self.p.met
         for x, t_x, payload_x in arrivals:
             met(x, end, start - t_x, payload_x)
@@ -216,7 +249,7 @@ class PragueStaticSim(Protocol):
         if len(group) < 2:
             self.eng.end_step(w, self.eng.now, 0.0, fields)
         else:
-            self.meetings.join((step, group), len(group), w, self.eng.now, fields)
+            self.meetings.join((step, group), group, w, self.eng.now, fields)
 
     def met(self, w, end, wait_s, fields):
         if fields is None:  # a step of finish()
@@ -234,7 +267,7 @@ class PragueStaticSim(Protocol):
         while self.step[w] < self.end:
             step, group = self._group(w)
             if len(group) > 1:
-                self.meetings.join((step, group), len(group), w, t, None)
+                self.meetings.join((step, group), group, w, t, None)
                 return
         self.eng.done(w)
 
@@ -265,7 +298,7 @@ class PragueGeneratedSim(Protocol):
         if fields is None:
             fields = self._fields[group.id] = encode_fields(
                 {"group": list(group.members), "gg_s": 2 * self.rpc, "group_id": group.id})
-        if self.meetings.join(group.id, len(group.members), w, self.eng.now + self.rpc, fields):
+        if self.meetings.join(group.id, group.members, w, self.eng.now + self.rpc, fields):
             del self._fields[group.id]
 
     def met(self, w, end, wait_s, fields):
@@ -287,7 +320,7 @@ class PragueGeneratedSim(Protocol):
         if group is None:
             self.eng.done(w)
             return
-        if self.meetings.join(group.id, len(group.members), w, self.eng.now + self.rpc, None):
+        if self.meetings.join(group.id, group.members, w, self.eng.now + self.rpc, None):
             self._fields.pop(group.id, None)
 
 

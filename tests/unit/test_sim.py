@@ -236,3 +236,19 @@ def test_fit_compute_from_real_runs_keeps_only_unslowed_iterations():
     assert 0.010 <= fitted < 0.013
     with pytest.raises(UserError, match="pace_ms 20"):
         model.seconds(config())
+
+
+def test_p_reduce_builds_a_communicator_only_on_a_cache_miss(tmp_path):
+    setup = SimModels(NetworkModel(alpha_s=1e-3, beta_bytes_per_s=1e8, group_setup_s=0.05),
+                      ComputeModel())
+    one_set = config("prague-smart", workers=4, algorithm_options={"group_size": 4})
+    summary = simulate(one_set, setup, tmp_path).summary
+    # Four workers in groups of four: one member set, built once, then found in every cache.
+    assert summary["sim"]["preduce_cache_misses"] == 1
+    assert summary["sim"]["preduce_cache_hits"] > 50
+    tiny_cache = config("prague-smart", workers=8,
+                        algorithm_options={"group_size": 2, "cache_size": 1})
+    slow = simulate(tiny_cache, setup, tmp_path).summary
+    free = simulate(tiny_cache, MODELS, tmp_path).summary
+    assert slow["sim"]["preduce_cache_misses"] > 50
+    assert slow["throughput"] < free["throughput"]
