@@ -118,13 +118,14 @@ def _check_writable(out_dir: Path) -> None:
 
 def _run_with_progress(configs, out_dir: Path, force: bool) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from hetbench.harness.runner import run_matrix
 
     console = Console(stderr=False)
     failures = 0
-    console.print(f"{len(configs)} run(s) -> {out_dir}")
+    console.print(escape(f"{len(configs)} run(s) -> {out_dir}"))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True,
                   disable=not console.is_terminal) as progress:
@@ -145,7 +146,8 @@ def _run_with_progress(configs, out_dir: Path, force: bool) -> None:
             s = outcome.summary
             progress.advance(matrix_task)
             progress.update(run_task, visible=False)
-            label = outcome.config.label()
+            # Causes quote library messages ("[/path/pair.cc:545] ..."): not rich markup.
+            label = escape(outcome.config.label())
             if outcome.skipped:
                 console.print(f"[dim]skip[/dim] {label}: already finished")
             elif s["status"] == "ok":
@@ -155,7 +157,7 @@ def _run_with_progress(configs, out_dir: Path, force: bool) -> None:
                               f"{acc_text} ({s['wall_s']:.1f} s)")
             else:
                 failures += 1
-                console.print(f"[red]FAIL[/red] {label}: {s['cause']}")
+                console.print(f"[red]FAIL[/red] {label}: {escape(str(s['cause']))}")
 
         try:
             run_matrix(configs, out_dir, force=force, on_start=on_start, on_done=on_done,
@@ -164,7 +166,7 @@ def _run_with_progress(configs, out_dir: Path, force: bool) -> None:
             console.print("[yellow]interrupted[/yellow]: finished runs are kept; the running one "
                           "is marked interrupted. Rerun the same command to resume.")
             sys.exit(130)
-    console.print(f"results in {out_dir}; `bench report {out_dir}` writes the report")
+    console.print(escape(f"results in {out_dir}; `bench report {out_dir}` writes the report"))
     if failures:
         console.print(f"[red]{failures} of {len(configs)} run(s) failed[/red] (see summary.json)")
         sys.exit(1)

@@ -110,6 +110,11 @@ def run_worker(run_dir: Path, rank: int, store_host: str, store_port: int) -> No
                                  t0_ns, None if emulated else snapshots)
         _progress["phase"] = "finish"
         algorithm.finish(ctx, model)
+        if not algorithm.synchronous:
+            # Asynchronous workers can end their budgets far apart (a deterministic straggler
+            # runs its own iterations); the evaluation's collectives must not time out on it.
+            _progress["phase"] = "waiting for the other workers to finish"
+            comm.wait_for_arrivals("worker-finished", config.workers)
         end_s = (time.time_ns() - t0_ns) / 1e9
         _progress["phase"] = "evaluation"
         _note(rank, f"trained {iterations_done} iterations; evaluating")
