@@ -6,9 +6,10 @@ This pytest process is rank 0 of a real 8-rank gloo world; ranks 1-7 are subproc
 the same operations in lock step (told through the store which case comes next). Each case
 times rank 0's view of one collective over the first g ranks (g = 2, 4, 8):
   - allreduce: dist.all_reduce on a process group of those ranks made up front (new_group by
-    the whole world), the best torch offers when the members are known in advance;
+    the whole world), then the division by g: the group mean, the best torch offers when the
+    members are known in advance;
   - preduce: Comm.p_reduce_ on a cached member communicator (cache hit: the store agreement of
-    the members plus the all-reduce, plus the division by g);
+    the members, the all-reduce, the division by g);
   - create: Comm.p_reduce_ of one float on a member set none of them holds (agreement, a new
     gloo communicator under a fresh store prefix, its first collective): a cache miss.
 """
@@ -49,7 +50,9 @@ def _run_case(comm: Comm, groups: dict, case: dict) -> None:
 
 def _op(comm: Comm, groups: dict, op: str, members: list[int], tensor: torch.Tensor) -> None:
     if op == "allreduce":
+        # The same mean P-Reduce computes (Comm.average_ does this on a standing group).
         dist.all_reduce(tensor, group=groups[len(members)])
+        tensor.div_(len(members))
     elif op == "preduce":
         comm.p_reduce_(tensor, members)
     elif op == "create":

@@ -182,12 +182,13 @@ class Comm:
         tally = self.store.add(f"{base}/u{use}", 1 if held else 1 + weight)
         if tally % weight == k:
             missing = tally // weight
-            # Last to arrive: tell the others, and drop the previous use's keys, which every
-            # member has read by now (each of them arrived here after finishing that use).
+            # Last to arrive: tell the others. The previous use's keys, which every member has
+            # read by now (each arrived here after finishing that use), are deleted after the
+            # collective (p_reduce_), off the critical path.
             self.store.set(f"{base}/u{use}/verdict", str(missing))
             if use > 0:
-                self.store.delete_key(f"{base}/u{use - 1}")
-                self.store.delete_key(f"{base}/u{use - 1}/verdict")
+                self.__dict__.setdefault("_preduce_stale", []).extend(
+                    [f"{base}/u{use - 1}", f"{base}/u{use - 1}/verdict"])
         else:
             missing = int(self.store.get(f"{base}/u{use}/verdict"))
         self.preduce_wait_s += time.perf_counter() - arrival
@@ -210,6 +211,8 @@ class Comm:
             return tensor
         group = self.member_group(members)
         group.allreduce([tensor]).wait()
+        for key in self.__dict__.pop("_preduce_stale", ()):
+            self.store.delete_key(key)
         return tensor.div_(len(set(members)))
 
     def close_member_groups(self, wait: bool = True) -> None:
