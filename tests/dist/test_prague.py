@@ -39,7 +39,7 @@ def test_static_with_a_straggler_and_a_time_budget_drains_without_hanging(tmp_pa
 
 def test_smart_groups_agree_and_the_threshold_rule_isolates_a_straggler(tmp_path):
     summary = run_config(tmp_path, algorithm="prague-smart", workers=4, iterations=None,
-                         seconds=3.0, slowdown="det:5@3", save_models=True,
+                         seconds=3.0, slowdown="det:10@3", save_models=True,
                          algorithm_options={"group_size": 2, "delta_c": 2}, **BASE)
     assert summary["status"] == "ok", summary["cause"]
     evs = events(tmp_path, 4)

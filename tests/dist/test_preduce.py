@@ -80,20 +80,24 @@ def _evicting(comm, cache_size):
     """Rank 0 keeps a cache of one and so evicts {0,1} while rank 1 still holds it."""
     comm.preduce_cache_size = cache_size if comm.rank == 0 else 16
     t = _values(comm.rank)
+    cached = []
     for members in ([0, 1], [0, 2], [0, 1], [0, 1]):
         if comm.rank in members:
             comm.p_reduce_(t, members)
-    return t.tolist(), comm.preduce_cache_hits, comm.preduce_cache_misses
+            cached.append(len(comm._preduce_state()[0]))
+    comm.close_member_groups()
+    return t.tolist(), comm.preduce_cache_hits, comm.preduce_cache_misses, cached
 
 
 def test_one_member_evicting_makes_all_members_rebuild_instead_of_hanging():
     start = time.perf_counter()
     results = _as_tensors(on_ranks(_evicting, 3, 1, timeout_s=20))
     assert time.perf_counter() - start < 20
-    # Rank 0 created {0,1}, {0,2}, {0,1} again (evicted), then hit once.
-    assert results[0][1:] == (1, 3)
+    # Rank 0 created {0,1}, {0,2}, {0,1} again (evicted), then hit once; its cache never
+    # held more than its bound of one.
+    assert results[0][1:] == (1, 3, [1, 1, 1, 1])
     # Rank 1 still held {0,1} but rebuilt it with rank 0: one hit (the last use), two misses.
-    assert results[1][1:] == (1, 2)
+    assert results[1][1:] == (1, 2, [1, 1, 1])
     v = [_values(r) for r in range(3)]
     a = (v[0] + v[1]) / 2
     b = (a + v[2]) / 2
