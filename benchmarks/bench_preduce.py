@@ -10,6 +10,7 @@ times rank 0's view of one collective over the first g ranks (g = 2, 4, 8):
     members are known in advance;
   - preduce: Comm.p_reduce_ on a cached member communicator (cache hit: the store agreement of
     the members, the all-reduce, the division by g);
+  - agree: Comm.member_group alone on a cache hit: the fixed cost P-Reduce adds to the reduce;
   - create: Comm.p_reduce_ of one float on a member set none of them holds (agreement, a new
     gloo communicator under a fresh store prefix, its first collective): a cache miss.
 """
@@ -55,6 +56,8 @@ def _op(comm: Comm, groups: dict, op: str, members: list[int], tensor: torch.Ten
         tensor.div_(len(members))
     elif op == "preduce":
         comm.p_reduce_(tensor, members)
+    elif op == "agree":
+        comm.member_group(members)  # the store agreement alone, on a cache hit
     elif op == "create":
         # A group is always used once made: a new one costs creation plus its first (tiny)
         # collective, which is also what keeps a member from closing it while peers still
@@ -119,7 +122,7 @@ def world():
 def _bench(benchmark, world: World, op: str, g: int, numel: int) -> None:
     members = list(range(g))
     tensor = torch.ones(numel)
-    if op == "preduce":  # the cache-hit case: make the communicator before timing
+    if op in ("preduce", "agree"):  # cache-hit cases: make the communicator before timing
         world.announce({"op": "preduce", "g": g, "numel": numel, "reps": 1})
         world.comm.p_reduce_(tensor, members)
     world.announce({"op": op, "g": g, "numel": numel, "reps": ROUNDS + WARMUP})
@@ -140,3 +143,9 @@ def test_reduce(benchmark, world, op, g, size):
 def test_create_member_group(benchmark, world, g):
     benchmark.group = "new member group"
     _bench(benchmark, world, "create", g, 1)
+
+
+@pytest.mark.parametrize("g", GROUP_SIZES)
+def test_agreement_on_a_cache_hit(benchmark, world, g):
+    benchmark.group = "store agreement (cache hit)"
+    _bench(benchmark, world, "agree", g, 1)

@@ -183,8 +183,8 @@ class Comm:
         if tally % weight == k:
             missing = tally // weight
             # Last to arrive: tell the others. The previous use's keys, which every member has
-            # read by now (each arrived here after finishing that use), are deleted after the
-            # collective (p_reduce_), off the critical path.
+            # read by now (each arrived here after finishing that use), are deleted later, in
+            # batches after a collective (p_reduce_), off the critical path.
             self.store.set(f"{base}/u{use}/verdict", str(missing))
             if use > 0:
                 self.__dict__.setdefault("_preduce_stale", []).extend(
@@ -211,8 +211,11 @@ class Comm:
             return tensor
         group = self.member_group(members)
         group.allreduce([tensor]).wait()
-        for key in self.__dict__.pop("_preduce_stale", ()):
-            self.store.delete_key(key)
+        stale = self.__dict__.get("_preduce_stale", [])
+        if len(stale) >= 64:  # a round trip each: batched, so back-to-back uses rarely pay it
+            for key in stale:
+                self.store.delete_key(key)
+            stale.clear()
         return tensor.div_(len(set(members)))
 
     def close_member_groups(self, wait: bool = True) -> None:
