@@ -235,15 +235,31 @@ class PragueStaticSim(Protocol):
         self.step = [0] * self.n
         self.end: int | None = None
         self.meetings = _Meetings(self)
+        self._by_step: dict[int, dict[int, tuple[int, ...]]] = {}
 
     def _group(self, w: int) -> tuple[int, tuple[int, ...]]:
-        from hetbench.algorithms.prague.schedule import static_group
-
         step = self.step[w]
         self.step[w] += 1
         if self.end is not None and step >= self.end:
             return step, (w,)
-        return step, static_group(w, step, self.n, self.config.workers_per_node)
+        return step, self._groups_of(step)[w]
+
+    def _groups_of(self, step: int) -> dict[int, tuple[int, ...]]:
+        """Each worker's group at `step`, from the schedule's own static_groups.
+
+        A real worker calls static_group (O(workers)) for itself; n simulated workers doing so
+        would cost O(n^2) per step, so each step's groups are computed once and kept while
+        workers can still be at that step (they are at most a few steps apart).
+        """
+        from hetbench.algorithms.prague.schedule import static_groups
+
+        groups = self._by_step.get(step)
+        if groups is None:
+            groups = {w: g for g in static_groups(step, self.n, self.config.workers_per_node)
+                      for w in g}
+            self._by_step[step] = groups
+            self._by_step.pop(step - 64, None)
+        return groups
 
     def ready(self, w):
         step, group = self._group(w)
