@@ -24,18 +24,31 @@ class Comm:
     """Point-to-point and collective operations over the run's world of ranks."""
 
     def __init__(self, rank: int, world_size: int, device: torch.device, backend: str,
-                 store: dist.Store, timeout_s: float, group_cache_size: int = 64):
+                 store: dist.Store, timeout_s: float):
         self.rank = rank
         self.world_size = world_size
         self.device = device
         self.backend = backend
         self.store = store
         self.timeout = datetime.timedelta(seconds=timeout_s)
-        self._groups: OrderedDict[tuple[int, ...], object] = OrderedDict()
+        # World-collective groups (setup-time, never evicted) and named channels.
+        self._groups: dict[tuple[int, ...], object] = {}
         self._channels: dict[tuple, object] = {}
-        self._group_cache_size = group_cache_size
-        self.group_cache_hits = 0
-        self.group_cache_misses = 0
+        # P-Reduce state (see the P-Reduce section below).
+        #: Member communicators kept per rank (LRU); Prague sets it from its cache_size option.
+        self.preduce_cache_size = 16
+        self.preduce_cache_hits = 0
+        self.preduce_cache_misses = 0
+        #: Seconds spent in member_group waiting for the other members to arrive (all uses).
+        self.preduce_wait_s = 0.0
+        # (members) -> communicator in LRU order; (members) -> uses so far. Use counts are equal
+        # on all members of a set (each use involves all of them), so they name the store keys
+        # of the next use without any extra round trip.
+        self._preduce_comms: OrderedDict[tuple[int, ...], object] = OrderedDict()
+        self._preduce_uses: dict[tuple[int, ...], int] = {}
+        self._preduce_stale: list[str] = []
+        self._preduce_reaper: tuple[queue.SimpleQueue, threading.Thread] | None = None
+        self._gloo_device = None
 
     @classmethod
     def connect(cls, rank: int, world_size: int, host: str, port: int, device: torch.device,
@@ -130,10 +143,7 @@ class Comm:
         if len(key) == self.world_size:
             return None
         if key in self._groups:
-            self.group_cache_hits += 1
-            self._groups.move_to_end(key)
             return self._groups[key]
-        self.group_cache_misses += 1
         group = dist.new_group(list(key), timeout=self.timeout, use_local_synchronization=False)
         self._groups[key] = group
         return group
@@ -146,22 +156,6 @@ class Comm:
     # preduce/<members>/u<use> counts arrivals (+ world_size + 1 per member without a
     # communicator) and .../u<use>/verdict carries the total to the others.
 
-    #: Communicators kept per rank (LRU). Class defaults keep Comm.__init__ untouched.
-    preduce_cache_size: int = 16
-    preduce_cache_hits: int = 0
-    preduce_cache_misses: int = 0
-    #: Seconds spent in member_group waiting for the other members to arrive (all uses).
-    preduce_wait_s: float = 0.0
-
-    def _preduce_state(self) -> tuple[OrderedDict, dict]:
-        if "_preduce_comms" not in self.__dict__:
-            # (members) -> communicator, LRU order; (members) -> uses so far. Use counts are
-            # equal on all members of a set (each use involves all of them), so they name the
-            # store keys of the next use without any extra round trip.
-            self.__dict__["_preduce_comms"] = OrderedDict()
-            self.__dict__["_preduce_uses"] = {}
-        return self.__dict__["_preduce_comms"], self.__dict__["_preduce_uses"]
-
     def member_group(self, members: Sequence[int]):
         """The communicator of `members` for their next collective, agreed by all of them.
 
@@ -171,7 +165,7 @@ class Comm:
         key = tuple(sorted(set(members)))
         if self.rank not in key:
             raise ValueError(f"rank {self.rank} is not a member of {list(key)}")
-        comms, uses = self._preduce_state()
+        comms, uses = self._preduce_comms, self._preduce_uses
         k = len(key)
         base = "preduce/" + "-".join(map(str, key))
         use = uses.get(key, 0)
@@ -187,8 +181,7 @@ class Comm:
             # batches after a collective (p_reduce_), off the critical path.
             self.store.set(f"{base}/u{use}/verdict", str(missing))
             if use > 0:
-                self.__dict__.setdefault("_preduce_stale", []).extend(
-                    [f"{base}/u{use - 1}", f"{base}/u{use - 1}/verdict"])
+                self._preduce_stale.extend([f"{base}/u{use - 1}", f"{base}/u{use - 1}/verdict"])
         else:
             missing = int(self.store.get(f"{base}/u{use}/verdict"))
         self.preduce_wait_s += time.perf_counter() - arrival
@@ -211,7 +204,7 @@ class Comm:
             return tensor
         group = self.member_group(members)
         group.allreduce([tensor]).wait()
-        stale = self.__dict__.get("_preduce_stale", [])
+        stale = self._preduce_stale
         if len(stale) >= 64:  # a round trip each: batched, so back-to-back uses rarely pay it
             for key in stale:
                 self.store.delete_key(key)
@@ -224,23 +217,23 @@ class Comm:
         With `wait`, returns once all dropped communicators are destroyed: call it before the
         process ends, so none is torn down by interpreter exit.
         """
-        comms, _ = self._preduce_state()
-        while comms:
-            self._drop_member_group(comms.popitem()[1])
-        reaper = self.__dict__.pop("_preduce_reaper", None) if wait else None
-        if reaper is not None:
-            reaper[0].put(None)
-            reaper[1].join()
+        while self._preduce_comms:
+            self._drop_member_group(self._preduce_comms.popitem()[1])
+        if wait and self._preduce_reaper is not None:
+            inbox, thread = self._preduce_reaper
+            self._preduce_reaper = None
+            inbox.put(None)
+            thread.join()
 
     def _new_member_group(self, store: dist.Store, rank: int, size: int):
         if self.backend == "nccl":
             options = dist.ProcessGroupNCCL.Options()
             options._timeout = self.timeout
             return dist.ProcessGroupNCCL(store, rank, size, options)
-        if "_gloo_device" not in self.__dict__:
-            self.__dict__["_gloo_device"] = dist.ProcessGroupGloo.create_default_device()
+        if self._gloo_device is None:
+            self._gloo_device = dist.ProcessGroupGloo.create_default_device()
         options = dist.ProcessGroupGloo._Options()
-        options._devices = [self.__dict__["_gloo_device"]]
+        options._devices = [self._gloo_device]
         options._timeout = self.timeout
         options._threads = 1  # one collective at a time per group; threads add up over a cache
         return dist.ProcessGroupGloo(store, rank, size, options)
@@ -250,13 +243,13 @@ class Comm:
         # closed one by one), so a background thread does it, off the training path.
         if group is None:
             return
-        if "_preduce_reaper" not in self.__dict__:
+        if self._preduce_reaper is None:
             inbox: queue.SimpleQueue = queue.SimpleQueue()
             thread = threading.Thread(target=_reap, args=(inbox, self.backend),
                                       name="hetbench-preduce-reaper", daemon=True)
             thread.start()
-            self.__dict__["_preduce_reaper"] = (inbox, thread)
-        self.__dict__["_preduce_reaper"][0].put(group)
+            self._preduce_reaper = (inbox, thread)
+        self._preduce_reaper[0].put(group)
 
     # -- arrivals (asynchronous decentralized algorithms: AD-PSGD, Hop) ----------------------
     def wait_for_arrivals(self, name: str, count: int, poll_s: float = 0.05) -> None:

@@ -84,7 +84,7 @@ def _evicting(comm, cache_size):
     for members in ([0, 1], [0, 2], [0, 1], [0, 1]):
         if comm.rank in members:
             comm.p_reduce_(t, members)
-            cached.append(len(comm._preduce_state()[0]))
+            cached.append(len(comm._preduce_comms))
     comm.close_member_groups()
     return t.tolist(), comm.preduce_cache_hits, comm.preduce_cache_misses, cached
 
