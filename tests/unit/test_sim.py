@@ -252,3 +252,17 @@ def test_p_reduce_builds_a_communicator_only_on_a_cache_miss(tmp_path):
     free = simulate(tiny_cache, MODELS, tmp_path).summary
     assert slow["sim"]["preduce_cache_misses"] > 50
     assert slow["throughput"] < free["throughput"]
+
+
+@pytest.mark.parametrize("algorithm", ["prague-static", "prague-smart", "hop", "adpsgd"])
+def test_asynchronous_protocols_drain_after_a_wall_clock_budget(tmp_path, algorithm):
+    # Workers stop at different iterations: prague-static must agree on a last step, smart
+    # must drain buffered groups and hop must see DONE, or the simulation stalls.
+    c = RunConfig(algorithm=algorithm, workload="mlp-digits", workers=8, slowdown="det:5@1",
+                  iterations=None, seconds=1.0, pace_ms=20)
+    summary = simulate(c, MODELS, tmp_path).summary
+    assert summary["status"] == "ok", summary["cause"]
+    assert summary["train_wall_s"] < 1.3
+    counts = summary["iterations_per_worker"]
+    if algorithm in ("hop", "adpsgd"):  # fast workers are not held to the straggler's pace
+        assert min(counts) < max(counts)
