@@ -78,8 +78,13 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
             click.echo(f"{config.run_id}  {config.label()}")
         return
     models = _models(alpha_us, beta_gbps, group_setup_ms, compute_ms, fit_from)
-    for config in configs:
-        models.compute.seconds(config)  # a missing compute time fails before anything runs
+    from hetbench.sim.protocols import PROTOCOLS
+
+    for config in configs:  # what cannot be simulated fails before anything runs
+        models.compute.seconds(config)
+        if config.algorithm not in PROTOCOLS:
+            raise UserError(f"bench sim has no model of algorithm {config.algorithm!r}; it "
+                            f"simulates: {', '.join(sorted(PROTOCOLS))}")
     _check_writable(out_dir)
     _simulate_all(configs, models, out_dir)
 

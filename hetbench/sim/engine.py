@@ -236,12 +236,12 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path) -> SimResult:
     """Simulate `config` and write its run directory `out_dir/<run_id>` (real runs' schema)."""
     started = time.time()
     run_dir = Path(out_dir) / config.run_id
+    engine = Engine(config, models)  # an algorithm it cannot play fails before any file exists
     _clear_previous(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(run_dir / "config.json", config.to_dict())
     write_json_atomic(run_dir / "env.json", {**environment(), "simulated": True})
-    sink = EventSink(config, run_dir)
-    engine = Engine(config, models, sink)
+    sink = engine.sink = EventSink(config, run_dir)
     status, cause = "ok", None
     try:
         engine.run()

@@ -58,6 +58,8 @@ def test_sim_bad_input_is_one_line_and_exit_2(tmp_path, bench_cmd, cli_env):
          "--pace-ms", "20", "--beta-gbps", "0"),
         ("--algorithms", "nope", "--workloads", "mlp-digits", "--workers", "4"),
         ("--against", str(tmp_path / "missing"), "--compute-ms", "10"),
+        ("--algorithms", "local-sgd", "--workloads", "mlp-digits", "--workers", "4",
+         "--pace-ms", "20"),
     ]
     for args in cases:
         result = bench(bench_cmd, "sim", *args, "--out", str(tmp_path / "o"), env=cli_env)
