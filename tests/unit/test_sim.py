@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections import defaultdict
 from pathlib import Path
 
@@ -17,7 +18,14 @@ from hetbench.harness.config import RunConfig
 from hetbench.harness.launcher import summarize
 from hetbench.harness.store import read_jsonl
 from hetbench.sim.engine import simulate
-from hetbench.sim.model import ComputeModel, NetworkModel, SimModels, fit_compute, layout
+from hetbench.sim.model import (
+    ComputeModel,
+    NetworkModel,
+    SimModels,
+    fit_alpha,
+    fit_compute,
+    layout,
+)
 from hetbench.slowdown import parse_slowdown
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "results"
@@ -266,3 +274,27 @@ def test_asynchronous_protocols_drain_after_a_wall_clock_budget(tmp_path, algori
     counts = summary["iterations_per_worker"]
     if algorithm in ("hop", "adpsgd"):  # fast workers are not held to the straggler's pace
         assert min(counts) < max(counts)
+
+
+def test_fit_alpha_inverts_the_ring_formula_on_real_allreduce_runs():
+    run = FIXTURES / "allreduce-mlp-digits-w2-none-s1-762ae15f3d"
+    beta = 1.25e9
+    alpha = fit_alpha(FIXTURES, beta)  # the only allreduce run without slowdown there
+    cfg = RunConfig.from_dict(json.loads((run / "config.json").read_text()))
+    median = statistics.median(
+        e["comm_s"] for r in range(2)
+        for e in read_jsonl(run / f"events.rank{r}.jsonl")[0][cfg.warmup_iterations:])
+    buckets = layout(cfg).bucket_bytes
+    net = NetworkModel(alpha_s=alpha, beta_bytes_per_s=beta)
+    assert sum(net.ring_allreduce(b, 2) for b in buckets) == pytest.approx(median)
+
+
+def test_fitted_compute_jitter_makes_synchronous_workers_wait(tmp_path):
+    fitted = SimModels(NET, ComputeModel(fitted={("mlp-digits", 20.0): (0.020, 0.021, 0.030)},
+                                         fitted_from="test"))
+    summary = simulate(config(workers=8), fitted, tmp_path).summary
+    constant = simulate(config(workers=8), MODELS, tmp_path).summary
+    # Each step waits for the slowest of 8 draws, so it is slower than the median (21 ms) alone.
+    assert summary["wait_s"] > 0 and constant["wait_s"] == 0
+    cost = sum(NET.ring_allreduce(b, 8) for b in layout(config()).bucket_bytes)
+    assert summary["throughput"] < 8 * 32 / (0.021 + cost)
