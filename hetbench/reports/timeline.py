@@ -39,6 +39,22 @@ def choose_run(runs: pd.DataFrame, baseline: str = "allreduce",
     return pool.loc[slow.fillna(0.0).idxmax()]
 
 
+#: Rows drawn at most; beyond this, the most-slowed workers plus an even sample of the rest.
+MAX_ROWS = 32
+
+
+def _rows(by_rank: dict[int, list[dict]]) -> list[int]:
+    """The workers to draw: all of them, or (for big worlds) a readable subset."""
+    ranks = sorted(by_rank)
+    if len(ranks) <= MAX_ROWS:
+        return ranks
+    slowed = sorted(ranks, key=lambda r: -sum(e.get("slowdown_s", 0.0) or 0.0
+                                              for e in by_rank[r]))[:MAX_ROWS // 4]
+    rest = [r for r in ranks if r not in slowed]
+    step = len(rest) / (MAX_ROWS - len(slowed))
+    return sorted(set(slowed) | {rest[int(i * step)] for i in range(MAX_ROWS - len(slowed))})
+
+
 def timeline_plot(run_dir: str | Path, path: Path, warmup_iterations: int = 5,
                   iterations: int = 20) -> Path:
     """Draw about `iterations` typical iterations of the steady state, a row per worker."""
@@ -52,11 +68,11 @@ def timeline_plot(run_dir: str | Path, path: Path, warmup_iterations: int = 5,
     # A fixed span in typical iterations keeps single bars readable at any speed.
     span = iterations * float((events["t_end"] - events["t_start"]).median())
     t1 = min(window[1] if window else int(events["t_end"].max()), t0 + int(span))
-    ranks = sorted(by_rank)
+    ranks = _rows(by_rank)
     fig = new_figure(10, 0.45 * len(ranks) + 1.6)
     ax = fig.subplots()
     for column, label, color in PHASES:
-        for rank in ranks:
+        for row, rank in enumerate(ranks):
             bars = []
             for e in by_rank[rank]:
                 if e["t_end"] < t0 or e["t_start"] > t1:
@@ -67,13 +83,14 @@ def timeline_plot(run_dir: str | Path, path: Path, warmup_iterations: int = 5,
                     if phase == column and length > 0:
                         bars.append((start, length))
                     start += length
-            ax.broken_barh(bars, (rank - 0.4, 0.8), facecolors=color, linewidth=0)
+            ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=color, linewidth=0)
         ax.bar(0, 0, color=color, label=label)  # legend entry
     ax.set_xlim(0, (t1 - t0) / 1e9)
-    ax.set_yticks(ranks, [f"worker {r}" for r in ranks])
+    ax.set_yticks(range(len(ranks)), [f"worker {r}" for r in ranks])
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the end of warm-up")
-    ax.set_title(f"timeline: {Path(run_dir).name}", fontsize=9)
+    shown = "" if len(ranks) == len(by_rank) else f" ({len(ranks)} of {len(by_rank)} workers)"
+    ax.set_title(f"timeline: {Path(run_dir).name}{shown}", fontsize=9)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False, fontsize=8)
     fig.savefig(path)
     return path

@@ -165,3 +165,12 @@ def test_markdown_cells_cannot_break_the_table():
 
     text = to_markdown(pd.DataFrame({"cause": ["rank 1 | died\nhere"], "x": [1234.5]}))
     assert text.splitlines()[2] == "| rank 1 \\| died here | 1,234 |"
+
+
+def test_timeline_rows_are_capped_and_keep_the_slowed_workers():
+    from hetbench.reports.timeline import MAX_ROWS, _rows
+
+    by_rank = {r: [{"slowdown_s": 5.0 if r in (3, 700) else 0.0}] for r in range(1024)}
+    rows = _rows(by_rank)
+    assert len(rows) <= MAX_ROWS and {3, 700} <= set(rows)
+    assert _rows({r: [] for r in range(8)}) == list(range(8))
