@@ -66,25 +66,13 @@ def list_cmd(options: bool) -> None:
 def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
             pace_ms, out, force, dry_run) -> None:
     """Run a matrix of algorithms x workloads x workers x slowdowns x seeds."""
-    from hetbench.harness.matrix import expand, load_matrix_file, split_list
+    from hetbench.harness.matrix import check_writable, from_file_and_flags
 
-    spec = load_matrix_file(matrix_file) if matrix_file else {"name": "adhoc"}
-    flags = {
-        "algorithms": split_list(algorithms, str, "--algorithms"),
-        "workloads": split_list(workloads, str, "--workloads"),
-        "workers": split_list(workers, int, "--workers"),
-        "slowdown": split_list(slowdown, str, "--slowdown"),
-        "seeds": _parse_seeds(seeds),
-        "iterations": iterations,
-        "seconds": seconds,
-        "pace_ms": pace_ms,
-    }
-    if seconds is not None and iterations is None:
-        spec.pop("iterations", None)
-    spec.update({k: v for k, v in flags.items() if v is not None})
-    configs = expand(spec)
+    spec, configs = from_file_and_flags(
+        matrix_file, algorithms=algorithms, workloads=workloads, workers=workers,
+        slowdown=slowdown, iterations=iterations, seconds=seconds, seeds=seeds, pace_ms=pace_ms)
     out_dir = out or Path("results") / str(spec["name"])
-    _check_writable(out_dir)
+    check_writable(out_dir)
     if dry_run:
         for config in configs:
             click.echo(f"{config.run_id}  {config.label()}")
@@ -94,26 +82,6 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
     # The matrix as run (file + flags), so `bench report` finds its `target` later.
     write_json_atomic(out_dir / "matrix.json", spec)
     _run_with_progress(configs, out_dir, force)
-
-
-def _parse_seeds(text: str | None) -> list[int] | None:
-    from hetbench.harness.matrix import split_list
-
-    seeds = split_list(text, int, "--seeds")
-    if seeds is not None and len(seeds) == 1 and "," not in text and seeds[0] > 1:
-        # `--seeds 3` means three seeds, 1..3; `--seeds 7,` or a matrix list names seeds exactly.
-        return list(range(1, seeds[0] + 1))
-    return seeds
-
-
-def _check_writable(out_dir: Path) -> None:
-    probe_dir = out_dir
-    while not probe_dir.exists():
-        probe_dir = probe_dir.parent
-    import os
-
-    if not probe_dir.is_dir() or not os.access(probe_dir, os.W_OK):
-        raise UserError(f"output directory {out_dir} is not writable; pass --out to a writable one")
 
 
 def _run_with_progress(configs, out_dir: Path, force: bool) -> None:
@@ -172,20 +140,17 @@ def _run_with_progress(configs, out_dir: Path, force: bool) -> None:
         sys.exit(1)
 
 
-def _add_report_commands() -> None:
-    """report / compare / reproduce live beside the reporters (hetbench.reports.commands)."""
-    from hetbench.reports.commands import COMMANDS
+def _add_commands() -> None:
+    """Commands that live beside their code: report / compare / reproduce (hetbench.reports)
+    and sim (hetbench.sim), each module exporting a COMMANDS list."""
+    from hetbench.reports.commands import COMMANDS as report_commands
+    from hetbench.sim.command import COMMANDS as sim_commands
 
-    for command in COMMANDS:
+    for command in [*report_commands, *sim_commands]:
         cli.add_command(command)
 
 
-_add_report_commands()
-# `bench sim` lives beside the simulator (hetbench.sim.command), registered the same way.
-from hetbench.sim.command import COMMANDS as _SIM_COMMANDS  # noqa: E402
-
-for _command in _SIM_COMMANDS:
-    cli.add_command(_command)
+_add_commands()
 
 
 def main(argv: list[str] | None = None) -> None:

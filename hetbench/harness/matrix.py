@@ -21,6 +21,7 @@ Flags given on the command line replace the file's value of the same key.
 from __future__ import annotations
 
 import itertools
+import os
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -137,3 +138,43 @@ def _rejoin_slowdowns(items: list[str]) -> list[str]:
         else:
             out.append(item)
     return out
+
+
+def from_file_and_flags(matrix_file: Path | None, *, algorithms: str | None = None,
+                        workloads: str | None = None, workers: str | None = None,
+                        slowdown: str | None = None, iterations: int | None = None,
+                        seconds: float | None = None, seeds: str | None = None,
+                        pace_ms: float | None = None) -> tuple[dict[str, Any], list[RunConfig]]:
+    """The matrix of a file (optional) with command-line flags over it: (spec, RunConfigs)."""
+    spec = load_matrix_file(matrix_file) if matrix_file else {"name": "adhoc"}
+    flags = {
+        "algorithms": split_list(algorithms, str, "--algorithms"),
+        "workloads": split_list(workloads, str, "--workloads"),
+        "workers": split_list(workers, int, "--workers"),
+        "slowdown": split_list(slowdown, str, "--slowdown"),
+        "seeds": parse_seeds(seeds),
+        "iterations": iterations,
+        "seconds": seconds,
+        "pace_ms": pace_ms,
+    }
+    if seconds is not None and iterations is None:
+        spec.pop("iterations", None)
+    spec.update({k: v for k, v in flags.items() if v is not None})
+    return spec, expand(spec)
+
+
+def parse_seeds(text: str | None) -> list[int] | None:
+    """`--seeds 3` means three seeds, 1..3; `--seeds 7,` or `1,5` names seeds exactly."""
+    seeds = split_list(text, int, "--seeds")
+    if seeds is not None and len(seeds) == 1 and "," not in text and seeds[0] > 1:
+        return list(range(1, seeds[0] + 1))
+    return seeds
+
+
+def check_writable(out_dir: Path) -> None:
+    """UserError unless `out_dir` exists writable or can be created."""
+    probe_dir = out_dir
+    while not probe_dir.exists():
+        probe_dir = probe_dir.parent
+    if not probe_dir.is_dir() or not os.access(probe_dir, os.W_OK):
+        raise UserError(f"output directory {out_dir} is not writable; pass --out to a writable one")

@@ -46,8 +46,7 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
             pace_ms, out, alpha_us, beta_gbps, group_setup_ms, compute_ms, fit_from, against,
             dry_run) -> None:
     """Simulate a matrix (discrete events) and write results that `bench report` reads."""
-    from hetbench.cli import _check_writable, _parse_seeds
-    from hetbench.harness.matrix import expand, load_matrix_file, split_list
+    from hetbench.harness.matrix import check_writable, from_file_and_flags
 
     if compute_ms is not None and fit_from is not None:
         raise UserError("give either --compute-ms or --fit-from, not both")
@@ -57,21 +56,9 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         models = _models(alpha_us, beta_gbps, group_setup_ms, compute_ms, fit_from)
         _against(against, models, out or Path("results") / "sim" / "against")
         return
-    spec = load_matrix_file(matrix_file) if matrix_file else {"name": "adhoc"}
-    flags = {
-        "algorithms": split_list(algorithms, str, "--algorithms"),
-        "workloads": split_list(workloads, str, "--workloads"),
-        "workers": split_list(workers, int, "--workers"),
-        "slowdown": split_list(slowdown, str, "--slowdown"),
-        "seeds": _parse_seeds(seeds),
-        "iterations": iterations,
-        "seconds": seconds,
-        "pace_ms": pace_ms,
-    }
-    if seconds is not None and iterations is None:
-        spec.pop("iterations", None)
-    spec.update({k: v for k, v in flags.items() if v is not None})
-    configs = expand(spec)
+    spec, configs = from_file_and_flags(
+        matrix_file, algorithms=algorithms, workloads=workloads, workers=workers,
+        slowdown=slowdown, iterations=iterations, seconds=seconds, seeds=seeds, pace_ms=pace_ms)
     out_dir = out or Path("results") / "sim" / str(spec["name"])
     if dry_run:
         for config in configs:
@@ -85,7 +72,7 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         if config.algorithm not in PROTOCOLS:
             raise UserError(f"bench sim has no model of algorithm {config.algorithm!r}; it "
                             f"simulates: {', '.join(sorted(PROTOCOLS))}")
-    _check_writable(out_dir)
+    check_writable(out_dir)
     _simulate_all(configs, models, out_dir)
 
 
@@ -118,12 +105,12 @@ def _models(alpha_us, beta_gbps, group_setup_ms, compute_ms, fit_from):
 
 
 def _against(real_dir: Path, models, out_dir: Path) -> None:
-    from hetbench.cli import _check_writable
+    from hetbench.harness.matrix import check_writable
     from hetbench.sim.validate import compare_with_real, markdown
 
     if not Path(real_dir).is_dir():
         raise UserError(f"--against {real_dir}: no such directory")
-    _check_writable(out_dir)
+    check_writable(out_dir)
     rows = compare_with_real(real_dir, models, out_dir)
     if not rows:
         raise UserError(f"--against {real_dir}: no finished real runs there")
