@@ -6,7 +6,7 @@ import pytest
 from hetbench.algorithms import topologies
 from hetbench.errors import UserError
 from hetbench.harness.config import RunConfig
-from tests.dist.test_dpsgd import drive, spread
+from tests.distributed.test_dpsgd import drive, spread
 from tests.helpers import events, on_ranks, run_config
 
 

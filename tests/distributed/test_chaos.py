@@ -15,7 +15,7 @@ import pytest
 from hetbench.harness.config import RunConfig
 from hetbench.harness.launcher import LocalLauncher
 from hetbench.harness.store import read_jsonl
-from tests.dist.test_faults import BOUND_S, assert_no_survivors
+from tests.distributed.test_faults import BOUND_S, assert_no_survivors
 
 RUNS = 100
 ALGORITHMS = ["adpsgd", "prague-smart", "hop"]

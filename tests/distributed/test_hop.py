@@ -9,7 +9,7 @@ import pytest
 from hetbench.algorithms import topologies
 from hetbench.errors import UserError
 from hetbench.harness.config import RunConfig
-from tests.dist.test_dpsgd import drive
+from tests.distributed.test_dpsgd import drive
 from tests.helpers import events, final_models, on_ranks, run_config
 
 #: Hop options under which it must be D-PSGD exactly.
