@@ -206,17 +206,23 @@ def _failure_cause(run_dir: Path, procs: list[multiprocessing.Process]) -> str:
         silent = [r for r, p in enumerate(procs) if p.exitcode is None and r not in reports]
         if _is_comm_symptom(report) and silent:
             # Peers failing on communication while a rank neither failed nor finished: hung.
-            cause = (f"rank {silent[0]} hung (no progress, no error) at iteration "
-                     f"{_last_iteration(run_dir, silent[0])}; {cause}")
+            # Of the silent ranks, the one furthest behind (a finished worker waiting for the
+            # others is silent too).
+            last = {r: _last_iteration(run_dir, r) for r in silent}
+            hung = min(silent, key=lambda r: -1 if last[r] is None else last[r])
+            cause = f"rank {hung} hung (no progress, no error) at iteration {last[hung]}; {cause}"
         return cause[:500]
     rank, code = next((r, c) for r, c in codes.items() if c not in (None, 0))
     return f"rank {rank} exited with code {code} (see worker.rank{rank}.log)"
 
 
 def _is_comm_symptom(report: dict) -> bool:
+    """True for errors a rank gets because a peer failed: resets, timeouts, store waits."""
     message = report.get("message", "").lower()
-    return any(s in message for s in ("connection reset", "connection closed", "timed out",
-                                      "broken pipe", "gloo", "nccl"))
+    kind = report.get("exception", "")
+    return kind in ("TimeoutError", "DistStoreError", "DistNetworkError") or any(
+        s in message for s in ("connection reset", "connection closed", "timed out", "timeout",
+                               "waited", "broken pipe", "gloo", "nccl"))
 
 
 def _hang_cause(run_dir: Path, procs: list[multiprocessing.Process], workers: int,

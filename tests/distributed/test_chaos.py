@@ -34,7 +34,9 @@ def random_run(rng: np.random.Generator, index: int) -> dict:
     iterations = int(rng.integers(20, 40))
     fault = "" if fault_kind == "none" else (
         f"{fault_kind}@{rng.integers(workers)}:{rng.integers(6, iterations - 5)}")
-    options = {"group_size": min(workers, 3)} if algorithm == "prague-smart" else {}
+    options = {"prague-smart": {"group_size": min(workers, 3)},
+               # A 2-worker ring has in-degree 1: no neighbour update can be spared.
+               "hop": {"backup_workers": 1 if workers > 2 else 0}}.get(algorithm, {})
     return dict(algorithm=algorithm, workload="mlp-digits", workers=workers,
                 slowdown=str(slowdown), iterations=iterations, warmup_iterations=3,
                 pace_ms=2.0, seed=int(rng.integers(1, 10_000)), fault=fault,
