@@ -155,3 +155,26 @@ def test_ctrl_c_marks_the_run_interrupted_and_leaves_nothing(tmp_path, bench_cmd
     assert summary["status"] == "interrupted"
     assert not (out / "ps-sync").exists() and len(list(out.glob("ps-sync-*"))) == 0
     assert_no_survivors(run_dir, 2)
+
+
+def test_killed_group_generator_fails_prague_smart_with_that_cause(tmp_path, bench_cmd, cli_env):
+    out = tmp_path / "out"
+    matrix = tmp_path / "m.toml"
+    matrix.write_text('algorithms = ["prague-smart"]\nworkloads = ["mlp-digits"]\n'
+                      "workers = [4]\niterations = 100000\npace_ms = 5\ncomm_timeout_s = 5\n"
+                      "[algorithm.prague-smart]\ngroup_size = 2\n")
+    proc = subprocess.Popen([*bench_cmd, "run", str(matrix), "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=cli_env)
+    run_dir = _training_run(out)
+    gg_pid = json.loads((run_dir / "services.json").read_text())["gg_pid"]
+    os.kill(gg_pid, signal.SIGKILL)
+    killed_at = time.time()
+    output, _ = proc.communicate(timeout=BOUND_S)
+    assert time.time() - killed_at < BOUND_S
+    assert proc.returncode == 1, output
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed"
+    assert "group generator" in summary["cause"] and "unreachable" in summary["cause"], \
+        summary["cause"]
+    assert_no_survivors(run_dir, 4)

@@ -1,5 +1,6 @@
 """The Group Generator through a real gRPC server (in its own process) and real clients."""
 
+import os
 import threading
 from collections import defaultdict
 
@@ -18,7 +19,8 @@ def test_groups_of_one_round_never_share_a_worker_and_all_members_agree(tmp_path
     got = defaultdict(list)  # round -> [(worker, group_id, members)]
     barrier = threading.Barrier(workers)
     errors = []
-    with gg_server({**SMART, "workers": workers, "seed": 7}, tmp_path / "gg.log") as address:
+    with gg_server({**SMART, "workers": workers, "seed": 7}, tmp_path / "gg.log") as services:
+        address = services["gg_address"]
 
         def worker(w):
             client = GroupClient(address, timeout_s=10)
@@ -112,9 +114,10 @@ def test_done_workers_drain_then_finish(server):
 
 
 def test_the_server_process_is_gone_after_the_run(tmp_path):
-    with gg_server({**SMART, "workers": 4, "seed": 0}, tmp_path / "gg.log") as address:
-        client = GroupClient(address, timeout_s=5)
+    with gg_server({**SMART, "workers": 4, "seed": 0}, tmp_path / "gg.log") as services:
+        client = GroupClient(services["gg_address"], timeout_s=5)
         assert len(client.group(2).members) == 4
+    assert not os.path.exists(f"/proc/{services['gg_pid']}")
     with pytest.raises(grpc.RpcError) as err:
         client._stub.GetGroup(pb.GroupRequest(worker=0), timeout=2)
     assert err.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)

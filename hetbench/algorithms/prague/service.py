@@ -71,32 +71,46 @@ def start_server(generator: GroupGenerator, host: str = "127.0.0.1",
     return server, bound
 
 
+class GroupGeneratorUnreachable(RuntimeError):
+    """The Group Generator process is gone or stuck: the run cannot form groups."""
+
+
 class GroupClient:
     """A worker's connection to the Group Generator."""
 
     def __init__(self, address: str, timeout_s: float):
+        self.address = address
         self._channel = grpc.insecure_channel(address)
         self._stub = pb_grpc.GroupGeneratorStub(self._channel)
         self.timeout_s = timeout_s
 
     def group(self, worker: int) -> pb.GroupReply:
         """The worker's next group (reply.finished once it is done and drained)."""
-        return self._stub.GetGroup(pb.GroupRequest(worker=worker), timeout=self.timeout_s,
-                                   wait_for_ready=True)
+        return self._call(self._stub.GetGroup, pb.GroupRequest(worker=worker))
 
     def done(self, worker: int) -> int:
         """Tell the generator the worker's budget is spent; returns its queued groups."""
-        reply = self._stub.Done(pb.DoneRequest(worker=worker), timeout=self.timeout_s,
-                                wait_for_ready=True)
-        return reply.pending
+        return self._call(self._stub.Done, pb.DoneRequest(worker=worker)).pending
+
+    def _call(self, method, request):
+        try:
+            return method(request, timeout=self.timeout_s, wait_for_ready=True)
+        except grpc.RpcError as exc:
+            # One line for the run's cause: gRPC's own text spans several lines of debug info.
+            if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise GroupGeneratorUnreachable(
+                    f"the group generator at {self.address} is unreachable ({exc.code().name} "
+                    f"after {self.timeout_s:g} s): it died or stopped answering") from None
+            raise
 
     def close(self) -> None:
         self._channel.close()
 
 
 @contextlib.contextmanager
-def gg_server(spec: dict[str, Any], log_path: Path | None = None) -> Iterator[str]:
-    """Run the Group Generator in its own process for the duration; yields its address.
+def gg_server(spec: dict[str, Any], log_path: Path | None = None) -> Iterator[dict[str, Any]]:
+    """Run the Group Generator in its own process for the duration; yields its address and pid
+    (the services a run's workers see).
 
     `spec` holds GroupGenerator's arguments (workers, group_size, delta_c, group_division,
     group_buffer, seed). The server's stderr goes to `log_path` when given.
@@ -107,7 +121,7 @@ def gg_server(spec: dict[str, Any], log_path: Path | None = None) -> Iterator[st
         stdout=subprocess.PIPE, stderr=log, start_new_session=True)
     try:
         port = _read_port(proc)
-        yield f"127.0.0.1:{port}"
+        yield {"gg_address": f"127.0.0.1:{port}", "gg_pid": proc.pid}
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -53,8 +53,8 @@ class _GeneratedGroups(PragueBase):
         config_file = run_dir / "config.json"
         seed = read_json(config_file)["seed"] if config_file.exists() else 0
         spec = {**cls.generator_spec(config, workers), "workers": workers, "seed": seed}
-        with gg_server(spec, log_path=run_dir / "gg.log") as address:
-            yield {"gg_address": address}
+        with gg_server(spec, log_path=run_dir / "gg.log") as services:
+            yield services
 
     def setup(self, ctx, model, optimizer):
         from hetbench.algorithms.prague.service import GroupClient
