@@ -44,6 +44,7 @@ def random_run(rng: np.random.Generator, index: int) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # 100 real runs: about 6 minutes on 2 cores
 def test_chaos(tmp_path):
     rng = np.random.default_rng(20261122)
     tally = {"runs": 0, "hangs": 0, "ok": 0, "failed_with_correct_cause": 0,
