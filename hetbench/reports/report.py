@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from hetbench.errors import UserError
+from hetbench.harness.store import write_text_atomic
 from hetbench.reports.html import Page
 from hetbench.reports.load import load_env, load_evals, load_runs
 from hetbench.reports.plots import convergence_plots
@@ -110,9 +111,9 @@ def write_report(results_dir: Path, baseline: str = "allreduce",
     out = report.results_dir
     paths: dict[str, Path] = {"csv": out / "report.csv"}
     columns = [c.format(baseline=baseline) for c in CSV_COLUMNS]
-    _write_atomic(paths["csv"], report.throughput.reindex(columns=columns).to_csv(index=False))
+    write_text_atomic(paths["csv"], report.throughput.reindex(columns=columns).to_csv(index=False))
     paths["time_to_target_csv"] = out / "time_to_target.csv"
-    _write_atomic(paths["time_to_target_csv"], report.time_to_target.to_csv(index=False))
+    write_text_atomic(paths["time_to_target_csv"], report.time_to_target.to_csv(index=False))
     for i, path in enumerate(convergence_plots(report.evals, out, baseline, report.targets)):
         paths[f"plot{i}"] = path
     if timeline_run or (report.runs["status"] == "ok").any():
@@ -123,9 +124,9 @@ def write_report(results_dir: Path, baseline: str = "allreduce",
         report.timeline_of = run["run_id"]
     images = [p for k, p in paths.items() if k.startswith("plot") or k == "timeline"]
     paths["md"] = out / "report.md"
-    _write_atomic(paths["md"], markdown(report, images))
+    write_text_atomic(paths["md"], markdown(report, images))
     paths["html"] = out / "report.html"
-    _write_atomic(paths["html"], html_page(report, images).render())
+    write_text_atomic(paths["html"], html_page(report, images).render())
     return paths
 
 
@@ -239,9 +240,3 @@ def metadata(runs: pd.DataFrame) -> pd.DataFrame:
             "gpu": env.get("gpu") or "none", "platform": env.get("platform", ""),
         })
     return pd.DataFrame(rows)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
