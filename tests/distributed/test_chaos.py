@@ -2,7 +2,8 @@
 
 Every run must end within the bound (no hang), fail exactly when a fault was injected and name
 the right cause, leave no process behind, and lose no record (every event line parses, every run
-has a summary). Set HETBENCH_CHAOS_REPORT=path to keep the tally as JSON (BENCHMARKS.md cites it).
+has a summary). HETBENCH_CHAOS_RUNS sets the number of runs (40 by default). Set
+HETBENCH_CHAOS_REPORT=path to keep the tally as JSON (BENCHMARKS.md cites it).
 """
 
 import json
@@ -17,7 +18,8 @@ from hetbench.harness.launcher import LocalLauncher
 from hetbench.harness.store import read_jsonl
 from tests.distributed.test_faults import BOUND_S, assert_no_survivors
 
-RUNS = 100
+#: CI runs 40 (about 2.5 minutes on 2 cores); BENCHMARKS.md's tally is HETBENCH_CHAOS_RUNS=100.
+RUNS = int(os.environ.get("HETBENCH_CHAOS_RUNS", "40"))
 ALGORITHMS = ["adpsgd", "prague-smart", "hop"]
 EXPECTED_CAUSE = {
     "crash": ("raised InjectedFault",),
@@ -44,7 +46,7 @@ def random_run(rng: np.random.Generator, index: int) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1200)  # 100 real runs: about 6 minutes on 2 cores
+@pytest.mark.timeout(1500)  # 100 real runs take about 6 minutes on 2 cores
 def test_chaos(tmp_path):
     rng = np.random.default_rng(20261122)
     tally = {"runs": 0, "hangs": 0, "ok": 0, "failed_with_correct_cause": 0,
