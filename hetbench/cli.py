@@ -61,16 +61,21 @@ def list_cmd(options: bool) -> None:
 @click.option("--seeds", help="Comma-separated seeds, or a count N meaning seeds 1..N.")
 @click.option("--pace-ms", type=float, help="Floor on each iteration's compute time (ms).")
 @click.option("--out", type=click.Path(path_type=Path), help="Results directory.")
+@click.option("--launcher", help="Who starts the ranks: local (default), torchrun or mpi "
+              "(see docs/multi-node.md).")
 @click.option("--force", is_flag=True, help="Rerun runs that already finished.")
 @click.option("--dry-run", is_flag=True, help="List the runs the matrix expands to, run nothing.")
+@click.option("--prepare", is_flag=True, help="Multi-node: only write each run's directory and "
+              "print the torchrun/mpirun command to start on every machine.")
 def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
-            pace_ms, out, force, dry_run) -> None:
+            pace_ms, out, launcher, force, dry_run, prepare) -> None:
     """Run a matrix of algorithms x workloads x workers x slowdowns x seeds."""
     from hetbench.harness.matrix import check_writable, from_file_and_flags
 
     spec, configs = from_file_and_flags(
         matrix_file, algorithms=algorithms, workloads=workloads, workers=workers,
-        slowdown=slowdown, iterations=iterations, seconds=seconds, seeds=seeds, pace_ms=pace_ms)
+        slowdown=slowdown, iterations=iterations, seconds=seconds, seeds=seeds, pace_ms=pace_ms,
+        launcher=launcher)
     out_dir = out or Path("results") / str(spec["name"])
     check_writable(out_dir)
     if dry_run:
@@ -81,7 +86,47 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
 
     # The matrix as run (file + flags), so `bench report` finds its `target` later.
     write_json_atomic(out_dir / "matrix.json", spec)
+    if prepare:
+        _prepare(configs, out_dir, force)
+        return
     _run_with_progress(configs, out_dir, force)
+
+
+def _prepare(configs, out_dir: Path, force: bool) -> None:
+    from hetbench.harness.runner import prepare_matrix
+
+    for config, run_dir, finished in prepare_matrix(configs, out_dir, force):
+        if finished:
+            click.echo(f"skip {config.label()}: already finished")
+            continue
+        click.echo(f"{config.label()}: {run_dir}")
+        if config.launcher == "torchrun":
+            click.echo(f"  on each of N machines (N x M = {config.world_size} ranks), K = 0..N-1:"
+                       f"\n  torchrun --nnodes N --nproc-per-node M --node-rank K "
+                       f"--rdzv-backend c10d --rdzv-endpoint HOST0:29500 --rdzv-id "
+                       f"{config.run_id} --max-restarts 0 -m hetbench.worker --run-dir {run_dir}")
+        else:
+            click.echo(f"  mpirun -n {config.world_size} --hostfile HOSTS python -m "
+                       f"hetbench.worker --run-dir {run_dir}")
+    click.echo("then `bench summarize RUN_DIR` writes each run's summary.json (docs/multi-node.md)")
+
+
+@cli.command("summarize")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+def summarize_cmd(run_dirs) -> None:
+    """Write summary.json of runs that torchrun/mpirun ran without `bench run` (multi-node)."""
+    from hetbench.harness.launch_external import summarize_run_dir
+
+    failed = 0
+    for run_dir in run_dirs:
+        summary = summarize_run_dir(run_dir)
+        if summary["status"] == "ok":
+            click.echo(f"ok   {run_dir}: {summary['throughput']:.1f} samples/s")
+        else:
+            failed += 1
+            click.echo(f"FAIL {run_dir}: {summary['cause']}")
+    if failed:
+        sys.exit(1)
 
 
 def _run_with_progress(configs, out_dir: Path, force: bool) -> None:

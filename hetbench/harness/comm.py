@@ -51,12 +51,14 @@ class Comm:
         self._gloo_device = None
 
     @classmethod
-    def connect(cls, rank: int, world_size: int, host: str, port: int, device: torch.device,
-                timeout_s: float) -> Comm:
-        """Join the run's world through the launcher's TCP store."""
+    def connect(cls, rank: int, world_size: int, host: str | None, port: int | None,
+                device: torch.device, timeout_s: float, store: dist.Store | None = None) -> Comm:
+        """Join the run's world through the launcher's TCP store at host:port, or through
+        `store` when the rendezvous already made one (torchrun's agent store, MPI's rank 0)."""
         backend = "nccl" if device.type == "cuda" else "gloo"
-        store = dist.TCPStore(host, port, world_size, is_master=False,
-                              timeout=datetime.timedelta(seconds=timeout_s))
+        if store is None:
+            store = dist.TCPStore(host, port, world_size, is_master=False,
+                                  timeout=datetime.timedelta(seconds=timeout_s))
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s),
                                 device_id=device if device.type == "cuda" else None)

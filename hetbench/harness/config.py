@@ -13,6 +13,7 @@ from hetbench.errors import UserError
 from hetbench.harness.options import build_config
 
 SCHEMA_VERSION = 1
+LAUNCHERS = ("local", "torchrun", "mpi")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +36,8 @@ class RunConfig:
     #: Options of the algorithm / workload, defaults filled in once resolved.
     algorithm_options: dict[str, Any] = field(default_factory=dict)
     workload_options: dict[str, Any] = field(default_factory=dict)
-    launcher: Literal["local"] = "local"
+    #: Who starts the ranks: local subprocesses, torchrun (c10d rendezvous, multi-node) or mpirun.
+    launcher: Literal["local", "torchrun", "mpi"] = "local"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     #: Bound on every blocking communication; a dead or hung peer fails the run after this long.
     comm_timeout_s: float = 30.0
@@ -72,9 +74,9 @@ class RunConfig:
             raise UserError(f"eval_interval_s must be > 0, got {self.eval_interval_s}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise UserError(f"device must be auto, cpu or cuda, got {self.device!r}")
-        if self.launcher != "local":
+        if self.launcher not in LAUNCHERS:
             raise UserError(
-                f"launcher {self.launcher!r} is not built yet; only 'local' is (see README)"
+                f"launcher must be one of {', '.join(LAUNCHERS)}, got {self.launcher!r}"
             )
         # Resolve options against the components' Config classes: fills defaults and rejects
         # unknown keys and bad values here, not inside a worker.

@@ -1,5 +1,8 @@
 """The local launcher: one subprocess per rank on this machine, watched until the run ends.
 
+(torchrun and mpirun: hetbench.harness.launch_external; both share summary.json's writing and
+the failure analysis here.)
+
 The launcher holds the rendezvous store (so there is no free-port race), starts every rank as
 `python -m hetbench.worker` in its own process group, and ends the run as soon as any rank fails:
 the others are killed, so no orphan is left, and summary.json says which rank failed and why.
@@ -19,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hetbench.harness.config import SCHEMA_VERSION, RunConfig
+from hetbench.errors import UserError
+from hetbench.harness.config import LAUNCHERS, SCHEMA_VERSION, RunConfig
 from hetbench.harness.metrics import throughput, time_breakdown
 from hetbench.harness.store import environment, read_json, read_jsonl, write_json_atomic
 
@@ -56,6 +60,35 @@ def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
         "torn_lines": torn,
         **time_breakdown(all_events),
     }
+
+
+def write_summary(config: RunConfig, run_dir: Path, status: str, cause: str | None,
+                  started: float, ended: float | None = None) -> dict[str, Any]:
+    """summary.json of a run (any launcher): its outcome beside what summarize() measures."""
+    summary = {
+        "schema_version": SCHEMA_VERSION, "run_id": config.run_id, "status": status,
+        "cause": cause, "wall_s": (ended or time.time()) - started,
+        "started_at": datetime.datetime.fromtimestamp(started).isoformat(),
+        "algorithm": config.algorithm, "workload": config.workload,
+        "workers": config.workers, "world_size": config.world_size,
+        "slowdown": config.slowdown, "seed": config.seed, "pace_ms": config.pace_ms,
+        "compute": config.compute, "synthetic": config.synthetic, "launcher": config.launcher,
+        **summarize(config, run_dir),
+    }
+    write_json_atomic(run_dir / "summary.json", summary)
+    return summary
+
+
+def make_launcher(name: str, on_progress: Callable[[int, int], None] | None = None):
+    """The launcher called `name` (RunConfig.launcher); UserError if it cannot run here."""
+    if name == "local":
+        return LocalLauncher(on_progress=on_progress)
+    from hetbench.harness.launch_external import MpiLauncher, TorchrunLauncher
+
+    launchers = {"torchrun": TorchrunLauncher, "mpi": MpiLauncher}
+    if name not in launchers:
+        raise UserError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {name!r}")
+    return launchers[name](on_progress=on_progress)
 
 
 class LocalLauncher:
@@ -100,17 +133,7 @@ class LocalLauncher:
             status, cause = "failed", f"launcher: {type(exc).__name__}: {exc}"
         finally:
             _kill_all(procs)
-            summary = {
-                "schema_version": SCHEMA_VERSION, "run_id": config.run_id, "status": status,
-                "cause": cause, "wall_s": time.time() - started,
-                "started_at": datetime.datetime.fromtimestamp(started).isoformat(),
-                "algorithm": config.algorithm, "workload": config.workload,
-                "workers": config.workers, "world_size": config.world_size,
-                "slowdown": config.slowdown, "seed": config.seed, "pace_ms": config.pace_ms,
-                "compute": config.compute, "synthetic": config.synthetic,
-                **summarize(config, run_dir),
-            }
-            write_json_atomic(run_dir / "summary.json", summary)
+            summary = write_summary(config, run_dir, status, cause, started)
             del store  # the store owns (and closes) the listening socket
         return summary
 
@@ -134,7 +157,7 @@ class LocalLauncher:
             failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
             if failed:
                 time.sleep(GRACE_S)  # let peers write their own reports before the kill
-                return _failure_cause(run_dir, procs)
+                return failure_cause(run_dir, {r: p.exitcode for r, p in enumerate(procs)})
             if time.time() - last_change > stall_limit_s:
                 return _hang_cause(run_dir, procs, config.workers, stall_limit_s)
             if all(c == 0 for c in codes):
@@ -179,16 +202,21 @@ def _rank_main(run_dir: Path, rank: int, port: int) -> None:
     main(["--run-dir", str(run_dir), "--rank", str(rank), "--store-port", str(port)])
 
 
-def _failure_cause(run_dir: Path, procs: list[multiprocessing.Process]) -> str:
-    """One line naming the rank, what happened to it and its last iteration."""
+def failure_cause(run_dir: Path, codes: dict[int, int | None]) -> str:
+    """One line naming the rank, what happened to it and its last iteration.
+
+    `codes` maps every rank to its exit code: None while it runs or when its launcher did not
+    say, negative for a signal.
+    """
     reports = {}
-    for rank in range(len(procs)):
+    for rank in codes:
         path = run_dir / f"error.rank{rank}.json"
         if path.exists():
             reports[rank] = read_json(path)
-    codes = {r: p.exitcode for r, p in enumerate(procs)}
     # A rank killed by a signal could not report; its peers' reports are symptoms of it.
-    killed = [r for r, c in codes.items() if c is not None and c < 0 and r not in reports]
+    # SIGTERM last: it is how torchrun stops the healthy ranks after one failed.
+    killed = sorted((r for r, c in codes.items() if c is not None and c < 0 and r not in reports),
+                    key=lambda r: (codes[r] == -signal.SIGTERM, r))
     if killed:
         rank = killed[0]
         name = signal.Signals(-codes[rank]).name
@@ -203,7 +231,7 @@ def _failure_cause(run_dir: Path, procs: list[multiprocessing.Process]) -> str:
             where += f" at iteration {report['iteration']}"
         message = report["message"].splitlines()[0] if report["message"] else ""
         cause = f"rank {rank} raised {report['exception']} {where}: {message}"
-        silent = [r for r, p in enumerate(procs) if p.exitcode is None and r not in reports]
+        silent = [r for r, c in codes.items() if c is None and r not in reports]
         if _is_comm_symptom(report) and silent:
             # Peers failing on communication while a rank neither failed nor finished: hung.
             # Of the silent ranks, the one furthest behind (a finished worker waiting for the
@@ -212,8 +240,11 @@ def _failure_cause(run_dir: Path, procs: list[multiprocessing.Process]) -> str:
             hung = min(silent, key=lambda r: -1 if last[r] is None else last[r])
             cause = f"rank {hung} hung (no progress, no error) at iteration {last[hung]}; {cause}"
         return cause[:500]
-    rank, code = next((r, c) for r, c in codes.items() if c not in (None, 0))
-    return f"rank {rank} exited with code {code} (see worker.rank{rank}.log)"
+    failed = [(r, c) for r, c in codes.items() if c not in (None, 0)]
+    if failed:
+        rank, code = failed[0]
+        return f"rank {rank} exited with code {code} (see worker.rank{rank}.log)"
+    return "no rank reported an error; see the launcher's log and worker.rank<r>.log"
 
 
 def _is_comm_symptom(report: dict) -> bool:

@@ -144,7 +144,8 @@ def from_file_and_flags(matrix_file: Path | None, *, algorithms: str | None = No
                         workloads: str | None = None, workers: str | None = None,
                         slowdown: str | None = None, iterations: int | None = None,
                         seconds: float | None = None, seeds: str | None = None,
-                        pace_ms: float | None = None) -> tuple[dict[str, Any], list[RunConfig]]:
+                        pace_ms: float | None = None, launcher: str | None = None,
+                        ) -> tuple[dict[str, Any], list[RunConfig]]:
     """The matrix of a file (optional) with command-line flags over it: (spec, RunConfigs)."""
     spec = load_matrix_file(matrix_file) if matrix_file else {"name": "adhoc"}
     flags = {
@@ -156,6 +157,7 @@ def from_file_and_flags(matrix_file: Path | None, *, algorithms: str | None = No
         "iterations": iterations,
         "seconds": seconds,
         "pace_ms": pace_ms,
+        "launcher": launcher,
     }
     if seconds is not None and iterations is None:
         spec.pop("iterations", None)

