@@ -76,6 +76,15 @@ class Algorithm(ABC):
     def setup(self, ctx: WorkerContext, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Called on every rank before training; collective group creation belongs here."""
 
+    def forward_module(self, model: nn.Module) -> nn.Module:
+        """The module the harness runs each forward/backward through; `model` by default.
+
+        An algorithm that synchronizes from inside forward/backward (torch DDP) returns its
+        wrapper here. The parameters are `model`'s either way. Not called under emulated
+        compute, which has no forward pass.
+        """
+        return model
+
     @abstractmethod
     def step(self, ctx: WorkerContext, model: nn.Module,
              optimizer: torch.optim.Optimizer) -> StepInfo:
