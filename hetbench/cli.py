@@ -48,6 +48,12 @@ def list_cmd(options: bool) -> None:
     click.echo("slowdown kinds:")
     for syntax, description in slowdown_kinds():
         click.echo(f"  {syntax:<16} {description}")
+    # Optional back-ends that are built separately, so a user sees what is missing before a run.
+    from hetbench.algorithms.allreduce import horovod_missing
+
+    click.echo("optional:")
+    horovod = "not installed (make horovod)" if horovod_missing() else "available"
+    click.echo(f"  allreduce impl=horovod: {horovod}")
 
 
 @cli.command("run")
