@@ -11,7 +11,7 @@ MARKS  := $(if $(filter true 1,$(CI)),,-m "not slow")
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,mpi]'
 	touch $(STAMP)
 
 setup: $(STAMP)

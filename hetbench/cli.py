@@ -99,22 +99,24 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
 
 
 def _prepare(configs, out_dir: Path, force: bool) -> None:
+    """Prints `RUN_DIR WORLD_SIZE` per run to start (for scripts), the how-to on stderr."""
     from hetbench.harness.runner import prepare_matrix
 
     for config, run_dir, finished in prepare_matrix(configs, out_dir, force):
         if finished:
-            click.echo(f"skip {config.label()}: already finished")
+            click.echo(f"skip {config.label()}: already finished", err=True)
             continue
-        click.echo(f"{config.label()}: {run_dir}")
+        click.echo(f"{run_dir} {config.world_size}")
         if config.launcher == "torchrun":
-            click.echo(f"  on each of N machines (N x M = {config.world_size} ranks), K = 0..N-1:"
-                       f"\n  torchrun --nnodes N --nproc-per-node M --node-rank K "
-                       f"--rdzv-backend c10d --rdzv-endpoint HOST0:29500 --rdzv-id "
-                       f"{config.run_id} --max-restarts 0 -m hetbench.worker --run-dir {run_dir}")
+            hint = (f"on every machine: torchrun --nnodes N --nproc-per-node {config.world_size}/N "
+                    f"--rdzv-backend c10d --rdzv-endpoint HOST0:29500 --rdzv-id {config.run_id}"
+                    f" --max-restarts 0 -m hetbench.worker --run-dir {run_dir}")
         else:
-            click.echo(f"  mpirun -n {config.world_size} --hostfile HOSTS python -m "
-                       f"hetbench.worker --run-dir {run_dir}")
-    click.echo("then `bench summarize RUN_DIR` writes each run's summary.json (docs/multi-node.md)")
+            hint = (f"on one machine: mpirun -n {config.world_size} --hostfile HOSTS "
+                    f"python -m hetbench.worker --run-dir {run_dir}")
+        click.echo(f"  {config.label()}: {hint}", err=True)
+    click.echo("then `bench summarize RUN_DIR` writes each run's summary.json "
+               "(docs/multi-node.md)", err=True)
 
 
 @cli.command("summarize")
