@@ -54,7 +54,7 @@ def cases(tmp_path):
                                        workload="svm"), "does not exist"),
         "unknown fault": (matrix("f", 'fault = "explode"'), "expected crash@R:I"),
         "unknown device": (matrix("d", 'device = "tpu"'), "device must be"),
-        "launcher not built": (matrix("r", 'launcher = "torchrun"'), "not built yet"),
+        "unknown launcher": (matrix("r", 'launcher = "slurm"'), "launcher must be one of"),
         "options for an algorithm not in the matrix": (
             matrix("o", "[algorithm.hop]\nstaleness = 1"), "names an algorithm not in"),
         "seeds not integers": ([*BASE, "--algorithms", "allreduce", "--seeds", "a,b"],
