@@ -144,3 +144,61 @@ def test_run_config_refuses_groups_larger_than_the_world(algorithm):
     with pytest.raises(UserError, match="group_size"):
         RunConfig(algorithm=algorithm, workload="mlp-digits", workers=3,
                   algorithm_options={"group_size": 1})
+
+
+def test_a_fixed_straggler_gets_no_fast_workers_once_counts_differ_by_delta_c():
+    # Worker 0 is 5x slower: the others request 5 times for each of its requests. No group made
+    # once they are delta_c requests ahead may pair it with them: not on its own requests, not
+    # in a division. The one-sided rule (c_w > c_i - delta_c, i the requester) failed this:
+    # every fast worker passed when the straggler asked, so its own groups were full of them.
+    gen = GroupGenerator(8, 2, delta_c=2, seed=5)
+    checked = alone = 0
+    for _ in range(20):
+        for w in [*range(1, 8)] * 5 + [0]:
+            before = gen.generated
+            got = gen.request(w)
+            made = {g for b in [*gen.buffers, [got]] for g in b if g.id >= before}
+            if w == 0 and not made:  # the straggler got a group queued earlier
+                continue
+            for g in made:
+                if 0 in g.members:
+                    checked += 1
+                    assert all(gen.counts[m] - gen.counts[0] < 2 for m in g.members)
+            alone += w == 0 and all(g.members == (0,) for g in made if 0 in g.members)
+    assert min(gen.counts[1:]) - gen.counts[0] >= 2  # it did fall behind
+    assert alone > 10  # and, asking, it was left to run alone rather than hold anyone up
+    assert checked > 0
+
+
+def test_every_pair_in_a_generated_group_passes_the_threshold_rule():
+    for seed in range(20):
+        gen = GroupGenerator(12, 3, delta_c=2, seed=seed)
+        rng = random.Random(seed)
+        for _ in range(300):
+            w = rng.choice(range(12))
+            counts = list(gen.counts)
+            counts[w] += 1  # the request counts itself before generating
+            before = gen.generated
+            got = gen.request(w)
+            new = {g for b in [*gen.buffers, [got]] for g in b if g.id >= before}
+            for g in new:  # made on this request: judged with the counts of this moment
+                assert all(abs(counts[a] - counts[b]) < 2 for a in g.members for b in g.members)
+
+
+def test_buffer_limit_bounds_the_groups_queued_for_one_worker():
+    # Worker 7 never asks; the others keep asking. Unbounded (and within delta_c), every
+    # division would queue another group for it; with a limit of 2 it never holds more.
+    for limit, most in ((2, 2), (None, 10)):
+        gen = GroupGenerator(8, 2, delta_c=None, buffer_limit=limit, seed=1)
+        for _ in range(10):
+            for w in range(7):
+                gen.request(w)
+        assert len(gen.buffers[7]) == most if limit else len(gen.buffers[7]) >= most
+        assert max(len(b) for b in gen.buffers) <= (limit or 1000)
+
+
+def test_without_group_buffer_the_limit_is_one():
+    gen = GroupGenerator(6, 2, group_buffer=False, buffer_limit=3, delta_c=None, seed=0)
+    assert gen.buffer_limit == 1
+    with pytest.raises(ValueError, match="buffer_limit"):
+        GroupGenerator(6, 2, buffer_limit=0)

@@ -1,6 +1,10 @@
 """prague-smart: groups from the smart Group Generator, a gRPC service in its own process.
 
 Random groups of `group_size`, Group Division, Group Buffer and the threshold rule (generator.py).
+Defaults (pairs, delta_c 2, at most 2 queued groups per worker) are the ones that tolerate random
+stragglers best in bench sim and in real 16-worker runs (docs/bench-prague.md, "Defaults"): every
+member of a group waits for its slowest, and a group is committed before anyone knows who will be
+slowed, so the fewer peers a group (and a buffer) ties to a worker, the less a straggler holds up.
 finish() tells the generator the worker is done, then drains the groups already queued for it,
 so no peer is left waiting in a group with a worker that has stopped.
 """
@@ -19,10 +23,12 @@ from hetbench.harness.store import read_json
 
 @dataclass(frozen=True, kw_only=True)
 class PragueSmartOptions(PragueOptions):
-    group_size: int = opt(4, "workers per generated group")
-    delta_c: int = opt(4, "threshold rule: w joins requester i's group only if c_w > c_i - delta_c")
+    group_size: int = opt(2, "workers per generated group")
+    delta_c: int = opt(2, "threshold rule: members' request counts differ by less than delta_c")
     group_division: bool = opt(True, "one request partitions all eligible workers into groups")
     group_buffer: bool = opt(True, "queue groups for busy workers (else only idle ones join)")
+    buffer_limit: int = opt(2, "most groups queued per worker (0 = unbounded); a worker with a "
+                               "full buffer is left out of new groups")
 
     def __post_init__(self):
         super().__post_init__()
@@ -30,6 +36,8 @@ class PragueSmartOptions(PragueOptions):
             raise ValueError(f"group_size must be >= 2, got {self.group_size}")
         if self.delta_c < 1:
             raise ValueError(f"delta_c must be >= 1, got {self.delta_c}")
+        if self.buffer_limit < 0:
+            raise ValueError(f"buffer_limit must be >= 0, got {self.buffer_limit}")
 
 
 class _GeneratedGroups(PragueBase):
@@ -83,4 +91,5 @@ class PragueSmart(_GeneratedGroups):
     @classmethod
     def generator_spec(cls, config, workers):
         return {"group_size": config.group_size, "delta_c": config.delta_c,
-                "group_division": config.group_division, "group_buffer": config.group_buffer}
+                "group_division": config.group_division, "group_buffer": config.group_buffer,
+                "buffer_limit": config.buffer_limit or None}
