@@ -8,11 +8,16 @@ times rank 0's view of one collective over the first g ranks (g = 2, 4, 8):
   - allreduce: dist.all_reduce on a process group of those ranks made up front (new_group by
     the whole world), then the division by g: the group mean, the best torch offers when the
     members are known in advance;
-  - preduce: Comm.p_reduce_ on a cached member communicator (cache hit: the store agreement of
-    the members, the all-reduce, the division by g);
+  - preduce: Comm.p_reduce_ on a cached member communicator (cache hit: each member claims the
+    use with one store compare_set, then the all-reduce, the division by g);
   - agree: Comm.member_group alone on a cache hit: the fixed cost P-Reduce adds to the reduce;
-  - create: Comm.p_reduce_ of one float on a member set none of them holds (agreement, a new
-    gloo communicator under a fresh store prefix, its first collective): a cache miss.
+  - create: Comm.p_reduce_ of one float on a member set none of them holds (the claim, a new
+    gloo communicator under a fresh store prefix, its first collective): a cache miss;
+  - paired: the ratio the target is about. The separate allreduce and preduce cases run one
+    after the other, so on a shared machine each meets a different background load. Here every
+    round runs one allreduce and one preduce back to back on the same tensor size and warm
+    communicators (alternating which goes first, so neither always follows the other), and
+    extra_info holds each side's median and their ratio (preduce / allreduce).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from __future__ import annotations
 import datetime
 import json
 import multiprocessing
+import statistics
+import time
 
 import pytest
 import torch
@@ -31,6 +38,7 @@ WORLD = 8
 GROUP_SIZES = (2, 4, 8)
 SIZES = {"256KB": 2**16, "4MB": 2**20}
 ROUNDS, WARMUP = 20, 3
+PAIRED_ROUNDS = 60
 TIMEOUT_S = 120.0
 
 
@@ -45,8 +53,22 @@ def _run_case(comm: Comm, groups: dict, case: dict) -> None:
     tensor = torch.ones(case["numel"])
     if comm.rank not in members:
         return
+    if case["op"] == "paired":
+        for i in range(case["reps"]):
+            _pair(comm, groups, members, tensor, i, [])
+        return
     for _ in range(case["reps"]):
         _op(comm, groups, case["op"], members, tensor)
+
+
+def _pair(comm: Comm, groups: dict, members: list[int], tensor: torch.Tensor, i: int,
+          times: list) -> None:
+    """One paired round: allreduce and preduce back to back, order alternating with i."""
+    order = ("allreduce", "preduce") if i % 2 == 0 else ("preduce", "allreduce")
+    for op in order:
+        start = time.perf_counter()
+        _op(comm, groups, op, members, tensor)
+        times.append((op, time.perf_counter() - start))
 
 
 def _op(comm: Comm, groups: dict, op: str, members: list[int], tensor: torch.Tensor) -> None:
@@ -57,7 +79,7 @@ def _op(comm: Comm, groups: dict, op: str, members: list[int], tensor: torch.Ten
     elif op == "preduce":
         comm.p_reduce_(tensor, members)
     elif op == "agree":
-        comm.member_group(members)  # the store agreement alone, on a cache hit
+        comm.member_group(members)  # the claim of the use alone, on a cache hit
     elif op == "create":
         # A group is always used once made: a new one costs creation plus its first (tiny)
         # collective, which is also what keeps a member from closing it while peers still
@@ -139,6 +161,29 @@ def test_reduce(benchmark, world, op, g, size):
     _bench(benchmark, world, op, g, SIZES[size])
 
 
+@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize("g", GROUP_SIZES)
+def test_paired_ratio(benchmark, world, g, size):
+    benchmark.group = "paired allreduce + preduce (ratio in extra_info)"
+    members, numel = list(range(g)), SIZES[size]
+    tensor = torch.ones(numel)
+    world.announce({"op": "preduce", "g": g, "numel": numel, "reps": 1})  # warm communicator
+    world.comm.p_reduce_(tensor, members)
+    world.announce({"op": "paired", "g": g, "numel": numel, "reps": PAIRED_ROUNDS + WARMUP})
+    times: list = []
+    rounds = iter(range(PAIRED_ROUNDS + WARMUP))
+    benchmark.pedantic(lambda: _pair(world.comm, world.groups, members, tensor, next(rounds),
+                                     times), rounds=PAIRED_ROUNDS, iterations=1,
+                       warmup_rounds=WARMUP)
+    timed = times[2 * WARMUP:]
+    allreduce = statistics.median(t for op, t in timed if op == "allreduce")
+    preduce = statistics.median(t for op, t in timed if op == "preduce")
+    benchmark.extra_info.update({
+        "world": WORLD, "group_size": g, "floats": numel,
+        "allreduce_median_ms": allreduce * 1e3, "preduce_median_ms": preduce * 1e3,
+        "ratio": preduce / allreduce})
+
+
 @pytest.mark.parametrize("g", GROUP_SIZES)
 def test_create_member_group(benchmark, world, g):
     benchmark.group = "new member group"
@@ -147,5 +192,5 @@ def test_create_member_group(benchmark, world, g):
 
 @pytest.mark.parametrize("g", GROUP_SIZES)
 def test_agreement_on_a_cache_hit(benchmark, world, g):
-    benchmark.group = "store agreement (cache hit)"
+    benchmark.group = "claim of a use (cache hit)"
     _bench(benchmark, world, "agree", g, 1)

@@ -39,10 +39,8 @@ class Comm:
         self.preduce_cache_size = 16
         self.preduce_cache_hits = 0
         self.preduce_cache_misses = 0
-        #: Seconds spent in member_group waiting for the other members to arrive (all uses).
-        self.preduce_wait_s = 0.0
         # (members) -> communicator in LRU order; (members) -> uses so far. Use counts are equal
-        # on all members of a set (each use involves all of them), so they name the store keys
+        # on all members of a set (each use involves all of them), so they name the store key
         # of the next use without any extra round trip.
         self._preduce_comms: OrderedDict[tuple[int, ...], object] = OrderedDict()
         self._preduce_uses: dict[tuple[int, ...], int] = {}
@@ -152,11 +150,19 @@ class Comm:
 
     # -- P-Reduce (Prague): groups formed on the fly by their members alone ------------------
     # A member set's communicator is created by its members only, on a PrefixStore of the
-    # world store, and kept in a bounded LRU cache. Each member evicts on its own, so before
-    # every use the members agree through the store whether all of them still hold it; if any
-    # does not, all of them build a fresh one under a new prefix. Keys of one use:
-    # preduce/<members>/u<use> counts arrivals (+ world_size + 1 per member without a
-    # communicator) and .../u<use>/verdict carries the total to the others.
+    # world store, and kept in a bounded LRU cache. Each member evicts on its own; the danger is
+    # a member entering a collective on a cached communicator that another member has dropped
+    # (a hang until the timeout). One store key per use of a set, preduce/<members>/u<use>,
+    # settles it with a single compare_set each, and nobody waits on the store for anybody:
+    #   - a member that holds the communicator claims the use for it: "" -> "hit";
+    #   - a member that does not, and a member evicting it (for its next use), mark it "new".
+    # Whichever comes first wins and the key never changes after, so every member reads the
+    # same verdict. An evictor that finds "hit" (a peer is already in, or committed to, that use
+    # on the old communicator) keeps it and evicts another; so a communicator is only dropped
+    # once its next use is marked "new", and a member without one never finds "hit". On "new"
+    # all members build a fresh communicator under the prefix .../g<use>/.
+    # (The previous scheme, an arrival count plus a verdict the last arriver set, cost 3 store
+    # round trips on the critical path of every use and released members one by one.)
 
     def member_group(self, members: Sequence[int]):
         """The communicator of `members` for their next collective, agreed by all of them.
@@ -168,36 +174,30 @@ class Comm:
         if self.rank not in key:
             raise ValueError(f"rank {self.rank} is not a member of {list(key)}")
         comms, uses = self._preduce_comms, self._preduce_uses
-        k = len(key)
-        base = "preduce/" + "-".join(map(str, key))
         use = uses.get(key, 0)
         uses[key] = use + 1
+        base = _preduce_base(key)
         held = key in comms
-        weight = self.world_size + 1  # > any member count, so one counter holds both tallies
-        arrival = time.perf_counter()
-        tally = self.store.add(f"{base}/u{use}", 1 if held else 1 + weight)
-        if tally % weight == k:
-            missing = tally // weight
-            # Last to arrive: tell the others. The previous use's keys, which every member has
-            # read by now (each arrived here after finishing that use), are deleted later, in
-            # batches after a collective (p_reduce_), off the critical path.
-            self.store.set(f"{base}/u{use}/verdict", str(missing))
-            if use > 0:
-                self._preduce_stale.extend([f"{base}/u{use - 1}", f"{base}/u{use - 1}/verdict"])
-        else:
-            missing = int(self.store.get(f"{base}/u{use}/verdict"))
-        self.preduce_wait_s += time.perf_counter() - arrival
-        if missing == 0:
+        verdict = self.store.compare_set(f"{base}/u{use}", "", _HIT if held else _NEW)
+        if verdict == _HIT.encode():
+            if not held:  # cannot happen unless a member dropped a set it had claimed
+                raise RuntimeError(f"P-Reduce {list(key)} use {use}: peers hold a communicator "
+                                   "this rank has dropped")
             self.preduce_cache_hits += 1
             comms.move_to_end(key)
-            return comms[key]
-        self.preduce_cache_misses += 1
-        self._drop_member_group(comms.pop(key, None))
-        group = self._new_member_group(dist.PrefixStore(f"{base}/g{use}/", self.store),
-                                       key.index(self.rank), k)
-        comms[key] = group
-        while len(comms) > self.preduce_cache_size:
-            self._drop_member_group(comms.popitem(last=False)[1])
+            group = comms[key]
+        else:
+            self.preduce_cache_misses += 1
+            self._drop_member_group(comms.pop(key, None))
+            group = self._new_member_group(dist.PrefixStore(f"{base}/g{use}/", self.store),
+                                           key.index(self.rank), len(key))
+            comms[key] = group
+            self._evict_member_groups(keep=key)
+        if key[0] == self.rank and use > 0:
+            # Every member read the previous use's key before that use's collective, which
+            # this rank has finished: it can go. Deleted in batches by p_reduce_, off the
+            # critical path; one member (the lowest rank) does it.
+            self._preduce_stale.append(f"{base}/u{use - 1}")
         return group
 
     def p_reduce_(self, tensor: torch.Tensor, members: Sequence[int]) -> torch.Tensor:
@@ -216,16 +216,40 @@ class Comm:
     def close_member_groups(self, wait: bool = True) -> None:
         """Drop every cached member communicator (this rank's own; no collective).
 
-        With `wait`, returns once all dropped communicators are destroyed: call it before the
-        process ends, so none is torn down by interpreter exit.
+        Each set's next use is marked "new" first, so peers that still hold it rebuild instead
+        of waiting on it. Call it when this rank has no further uses of them pending (the end
+        of a run), or when all members of each set close together. With `wait`, returns once
+        all dropped communicators are destroyed: call it before the process ends, so none is
+        torn down by interpreter exit.
         """
         while self._preduce_comms:
-            self._drop_member_group(self._preduce_comms.popitem()[1])
+            key, group = self._preduce_comms.popitem()
+            self.store.compare_set(f"{_preduce_base(key)}/u{self._preduce_uses[key]}", "", _NEW)
+            self._drop_member_group(group)
         if wait and self._preduce_reaper is not None:
             inbox, thread = self._preduce_reaper
             self._preduce_reaper = None
             inbox.put(None)
             thread.join()
+
+    def _evict_member_groups(self, keep: tuple[int, ...]) -> None:
+        """Bring the cache back to its bound, least recently used first (never `keep`, the
+        set about to be used).
+
+        A set whose next use a peer has already claimed ("hit") is kept: that peer is in, or
+        about to enter, a collective on it and this rank will be there too. The cache then
+        stays over its bound until a later eviction succeeds (a few sets at most: only sets a
+        peer is waiting in right now).
+        """
+        comms = self._preduce_comms
+        for key in list(comms):
+            if len(comms) <= self.preduce_cache_size:
+                return
+            if key == keep:
+                continue
+            mark = f"{_preduce_base(key)}/u{self._preduce_uses[key]}"
+            if self.store.compare_set(mark, "", _NEW) == _NEW.encode():
+                self._drop_member_group(comms.pop(key))
 
     def _new_member_group(self, store: dist.Store, rank: int, size: int):
         if self.backend == "nccl":
@@ -267,6 +291,13 @@ class Comm:
         while arrived < count:
             time.sleep(poll_s)
             arrived = self.store.add(key, 0)
+
+
+_HIT, _NEW = "hit", "new"  # verdicts of one use of a member set (the P-Reduce section)
+
+
+def _preduce_base(key: tuple[int, ...]) -> str:
+    return "preduce/" + "-".join(map(str, key))
 
 
 def _reap(inbox: queue.SimpleQueue, backend: str) -> None:

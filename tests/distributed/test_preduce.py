@@ -77,14 +77,22 @@ def test_concurrent_disjoint_groups_equal_sequential_and_hit_the_cache():
 
 
 def _evicting(comm, cache_size):
-    """Rank 0 keeps a cache of one and so evicts {0,1} while rank 1 still holds it."""
+    """Rank 0 keeps a cache of one and so evicts {0,1} while rank 1 still holds it.
+
+    Rank 1 starts its second use of {0,1} only after rank 0 has evicted it (a store flag), so
+    the eviction wins the race for that use's key: both must rebuild rather than hang.
+    """
     comm.preduce_cache_size = cache_size if comm.rank == 0 else 16
     t = _values(comm.rank)
     cached = []
-    for members in ([0, 1], [0, 2], [0, 1], [0, 1]):
+    for i, members in enumerate(([0, 1], [0, 2], [0, 1], [0, 1])):
+        if comm.rank == 1 and i == 2:
+            comm.store.wait(["test/evicted"])
         if comm.rank in members:
             comm.p_reduce_(t, members)
             cached.append(len(comm._preduce_comms))
+        if comm.rank == 0 and i == 1:
+            comm.store.set("test/evicted", "1")
     comm.close_member_groups()
     return t.tolist(), comm.preduce_cache_hits, comm.preduce_cache_misses, cached
 
@@ -103,3 +111,60 @@ def test_one_member_evicting_makes_all_members_rebuild_instead_of_hanging():
     b = (a + v[2]) / 2
     assert torch.allclose(results[0][0], (b + a) / 2)
     assert torch.allclose(results[1][0], results[0][0])
+
+
+def _claimed_first(comm):
+    """Rank 1 claims the next use of {0,1} (and waits in it) before rank 0, whose cache holds
+    one communicator, makes {0,2}: rank 0 must keep {0,1} for that use, not drop it."""
+    comm.preduce_cache_size = 1 if comm.rank == 0 else 16
+    t = _values(comm.rank)
+    sizes = []
+    if comm.rank in (0, 1):
+        comm.p_reduce_(t, [0, 1])
+    if comm.rank == 1:
+        group = comm.member_group([0, 1])  # claims use 1 on the cached communicator
+        comm.store.set("test/claimed", "1")
+        group.allreduce([t]).wait()  # rank 0 joins it after making {0,2}
+        t.div_(2)
+    if comm.rank == 2:
+        comm.store.wait(["test/claimed"])
+    if comm.rank == 0:
+        comm.store.wait(["test/claimed"])
+        comm.p_reduce_(t, [0, 2])
+        sizes.append(len(comm._preduce_comms))  # {0,1} kept: over the bound, not dropped
+        comm.p_reduce_(t, [0, 1])
+        sizes.append(len(comm._preduce_comms))
+    if comm.rank == 2:
+        comm.p_reduce_(t, [0, 2])
+    comm.close_member_groups()
+    return t.tolist(), comm.preduce_cache_hits, comm.preduce_cache_misses, sizes
+
+
+def test_an_eviction_that_loses_to_a_claimed_use_keeps_the_communicator():
+    start = time.perf_counter()
+    results = _as_tensors(on_ranks(_claimed_first, 3, timeout_s=20))
+    assert time.perf_counter() - start < 20
+    # Rank 0: {0,1} made, {0,2} made (its eviction of {0,1} lost: 2 held), {0,1} hit, after
+    # which the next creation could evict again.
+    assert results[0][1:] == (1, 2, [2, 2])
+    assert results[1][1:3] == (1, 1)
+    v = [_values(r) for r in range(3)]
+    a = (v[0] + v[1]) / 2
+    b = (a + v[2]) / 2
+    assert torch.allclose(results[0][0], (b + a) / 2)
+    assert torch.allclose(results[1][0], results[0][0])
+    assert torch.allclose(results[2][0], b)
+
+
+def _use_keys(comm, uses):
+    """Members reuse {0,1} many times; the store keeps only the newest use keys."""
+    t = _values(comm.rank)
+    for _ in range(uses):
+        comm.p_reduce_(t, [0, 1])
+    comm.barrier()
+    return [k for k in range(uses) if comm.store.check([f"preduce/0-1/u{k}"])]
+
+
+def test_old_use_keys_are_deleted():
+    kept = on_ranks(_use_keys, 2, 150, timeout_s=60)[0]
+    assert len(kept) < 70 and max(kept) == 149

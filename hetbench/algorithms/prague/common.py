@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from hetbench.algorithms.base import Algorithm, StepInfo
+from hetbench.harness.comm import ReduceOp
 from hetbench.harness.options import opt
 from hetbench.harness.tensors import params_of
 
@@ -30,7 +31,22 @@ class PragueBase(Algorithm):
     def setup(self, ctx, model, optimizer):
         ctx.comm.preduce_cache_size = self.config.cache_size
         self._params = params_of(model)
-        self._flat = torch.cat([p.detach().reshape(-1) for p in self._params])
+        numel = sum(p.numel() for p in self._params)
+        dtype = self._params[0].dtype
+        # Waiting for the group is measured in band: the reduced buffer carries one slot per
+        # worker after the model, and each member writes its arrival time into its own slot
+        # (zeros elsewhere), so after the sum every member knows when the last one arrived.
+        # No extra message; Comm's P-Reduce itself never waits on anyone outside the
+        # collective. Times are seconds since a reference common to all workers (the earliest
+        # set-up), small enough for float32 (0.25 ms resolution within the first hour);
+        # half-precision models get no stamps (wait then counts as communication).
+        self._stamped = dtype in (torch.float32, torch.float64)
+        extra = ctx.workers if self._stamped else 0
+        self._buf = torch.zeros(numel + extra, dtype=dtype, device=ctx.device)
+        self._flat, self._stamps = self._buf[:numel], self._buf[numel:]
+        ref = torch.tensor([time.time()], dtype=torch.float64, device=ctx.device)
+        ctx.comm.all_reduce_(ref, ReduceOp.MIN, ctx.worker_ranks)  # every rank runs setup
+        self._t_ref = ref.item()
 
     @abstractmethod
     def next_group(self, ctx) -> tuple[tuple[int, ...], dict]:
@@ -42,13 +58,19 @@ class PragueBase(Algorithm):
         if len(members) < 2:
             return 0.0
         torch.cat([p.reshape(-1) for p in self._params], out=self._flat)
-        waited = ctx.comm.preduce_wait_s
-        ctx.comm.p_reduce_(self._flat, members)
+        if self._stamped:
+            self._stamps.zero_()
+            arrived = time.time() - self._t_ref
+            self._stamps[ctx.rank] = arrived
+        ctx.comm.p_reduce_(self._buf, members)  # the mean: stamps come back divided by |G|
         offset = 0
         for p in self._params:
             p.copy_(self._flat[offset:offset + p.numel()].view_as(p))
             offset += p.numel()
-        return ctx.comm.preduce_wait_s - waited
+        if not self._stamped:
+            return 0.0
+        last = self._stamps[list(members)].max().item() * len(set(members))
+        return max(0.0, last - arrived)
 
     def release(self, ctx) -> None:
         """Destroy this worker's member communicators (end of finish; no peer needs them)."""
