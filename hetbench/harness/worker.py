@@ -180,7 +180,7 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
                 loss_value = float("nan")
             else:
                 x, y = next(batches)
-                optimizer.zero_grad(set_to_none=False)
+                optimizer.zero_grad()  # set_to_none: no fill_ per parameter, as a plain loop
                 loss = workload.loss(net, (x.to(device), y.to(device)))
                 loss.backward()
                 loss_value = loss.item()  # also waits for a GPU to finish the step
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
         config = RunConfig.from_dict(read_json(args.run_dir / "config.json"))
         if config.launcher != "local":
             _log_to_run_dir(args.run_dir, rank)
-        _note(rank, f"started (pid {os.getpid()}, launcher {config.launcher})")
+        _note(rank, f"started (pid {os.getpid()}) by launcher {config.launcher}")
         _progress["phase"] = "rendezvous"
         rdzv = _join(config, args)
         rank = rdzv.rank
