@@ -120,6 +120,9 @@ class AllReduce(Algorithm):
     def _horovod_setup(self, ctx, model, optimizer):
         import horovod.torch as hvd
 
+        if ctx.device.type != "cpu":
+            raise RuntimeError("allreduce impl = horovod runs on CPU tensors only (`make horovod` "
+                               "builds Horovod without CUDA): set device = \"cpu\"")
         host, port = ctx.services["horovod_rendezvous"]
         # What horovodrun's gloo launcher would put in each rank's environment.
         os.environ.update({
