@@ -80,12 +80,61 @@ class HopOptions(GossipOptions):
 
 
 @dataclass
-class _Entry:
-    """A queued model from one neighbour, standing for its iterations lo..hi."""
+class Entry:
+    """A queued model from one neighbour, standing for its iterations lo..hi (the simulator
+    queues entries without a model)."""
 
     lo: int
     hi: int
-    model: torch.Tensor
+    model: torch.Tensor | None = None
+
+
+# -- the decision rules: pure functions of one worker's queue state ----------------------------
+# Shared with the simulator (hetbench/sim/protocols.py), so a simulated Hop decides exactly as
+# a real one. `queues` maps a neighbour to its entries, oldest first; `entered` maps a neighbour
+# to the newest iteration it said it entered; `done` holds neighbours that finished.
+
+def newest_usable(queue, k: int, staleness: int) -> Entry | None:
+    """A neighbour's newest queued model standing for an iteration in [k - staleness, k]."""
+    for entry in reversed(queue):
+        if entry.lo <= k and entry.hi >= k - staleness:
+            return entry
+    return None
+
+
+def updates_ready(queues: dict, done: set, k: int, backup_workers: int, staleness: int) -> bool:
+    """Iteration k may mix: usable models from all but `backup_workers` neighbours."""
+    usable = sum(newest_usable(q, k, staleness) is not None for q in queues.values())
+    # Neighbours that finished will send nothing more: waiting for them would never end.
+    possible = usable + sum(newest_usable(q, k, staleness) is None and j not in done
+                            for j, q in queues.items())
+    return usable >= min(len(queues) - backup_workers, possible)
+
+
+def tokens_ready(entered: dict, done: set, k: int, max_iteration_gap: int) -> bool:
+    """Iteration k may start: every neighbour still running has entered k - gap."""
+    return all(e >= k - max_iteration_gap for j, e in entered.items() if j not in done)
+
+
+def skip_target(entered: dict, done: set, k: int, skip_threshold: int,
+                max_iteration_gap: int) -> int | None:
+    """The iteration to jump to from k, or None to carry on normally."""
+    # As far as the furthest neighbour (finished ones count: a worker left alone at the end
+    # of an iteration budget catches up with them), but never past what the tokens of the
+    # slowest neighbour still running allow.
+    furthest = max(entered.values())
+    if furthest - k <= skip_threshold:
+        return None
+    live = [e for j, e in entered.items() if j not in done]
+    target = min([furthest] + [e + max_iteration_gap for e in live])
+    return target if target > k + 1 else None
+
+
+def drop_before(queues: dict, k: int, staleness: int) -> None:
+    """Forget queued models that no iteration from k on can use."""
+    for queue in queues.values():
+        while queue and queue[0].hi < k - staleness:
+            queue.popleft()
 
 
 class Hop(Algorithm):
@@ -116,7 +165,7 @@ class Hop(Algorithm):
         self._comm = ctx.comm
         self._channel = ctx.comm.channel("hop")
         self._cond = threading.Condition()
-        self._queues: dict[int, deque[_Entry]] = {j: deque() for j in self.neighbours}
+        self._queues: dict[int, deque[Entry]] = {j: deque() for j in self.neighbours}
         # Everyone starts at iteration 0 at the common start.
         self._entered = dict.fromkeys(self.neighbours, 0)
         self._done: set[int] = set()
@@ -140,7 +189,7 @@ class Hop(Algorithm):
                     else:
                         self._entered[src] = max(self._entered[src], entered)
                         if not self._finished:  # after finish() nobody reads the queues
-                            self._queues[src].append(_Entry(lo, hi, message[HEADER:]))
+                            self._queues[src].append(Entry(lo, hi, message[HEADER:]))
                     self._cond.notify_all()
         except BaseException as exc:  # handed to the main thread, which raises it
             with self._cond:
@@ -172,41 +221,19 @@ class Hop(Algorithm):
             self._cond.wait(left)
         return time.perf_counter() - start
 
-    def _usable(self, j: int, k: int) -> _Entry | None:
-        """j's newest queued model standing for an iteration in [k - staleness, k]."""
-        for entry in reversed(self._queues[j]):
-            if entry.lo <= k and entry.hi >= k - self.config.staleness:
-                return entry
-        return None
+    def _usable(self, j: int, k: int) -> Entry | None:
+        return newest_usable(self._queues[j], k, self.config.staleness)
 
     def _updates_ready(self, k: int) -> bool:
-        usable = sum(self._usable(j, k) is not None for j in self.neighbours)
-        # Neighbours that finished will send nothing more: waiting for them would never end.
-        possible = usable + sum(self._usable(j, k) is None and j not in self._done
-                                for j in self.neighbours)
-        return usable >= min(len(self.neighbours) - self.config.backup_workers, possible)
+        return updates_ready(self._queues, self._done, k, self.config.backup_workers,
+                             self.config.staleness)
 
     def _tokens_ready(self, k: int) -> bool:
-        gap = self.config.max_iteration_gap
-        return all(self._entered[j] >= k - gap for j in self.neighbours if j not in self._done)
+        return tokens_ready(self._entered, self._done, k, self.config.max_iteration_gap)
 
     def _skip_target(self, k: int) -> int | None:
-        """The iteration to jump to from k, or None to carry on normally."""
-        # As far as the furthest neighbour (finished ones count: a worker left alone at the end
-        # of an iteration budget catches up with them), but never past what the tokens of the
-        # slowest neighbour still running allow.
-        furthest = max(self._entered.values())
-        if furthest - k <= self.config.skip_threshold:
-            return None
-        live = [self._entered[j] for j in self.neighbours if j not in self._done]
-        target = min([furthest] + [e + self.config.max_iteration_gap for e in live])
-        return target if target > k + 1 else None
-
-    def _drop_before(self, k: int) -> None:
-        """Forget queued models that no iteration from k on can use."""
-        for queue in self._queues.values():
-            while queue and queue[0].hi < k - self.config.staleness:
-                queue.popleft()
+        return skip_target(self._entered, self._done, k, self.config.skip_threshold,
+                           self.config.max_iteration_gap)
 
     @torch.no_grad()
     def step(self, ctx, model, optimizer):
@@ -223,7 +250,7 @@ class Hop(Algorithm):
                 wait_s = 0.0
                 used = {j: (q[-1].hi, q[-1].model) for j, q in self._queues.items() if q}
             following = k + 1 if target is None else target
-            self._drop_before(following)
+            drop_before(self._queues, following, self.config.staleness)
         # A neighbour whose update is not used leaves its weight with the worker itself, so every
         # row of the effective mixing matrix still sums to 1.
         self_weight = self.weights[ctx.rank]

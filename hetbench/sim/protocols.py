@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
-from hetbench.algorithms import topologies
+from hetbench.algorithms import hop, topologies
 from hetbench.sim.engine import encode_fields
 
 if TYPE_CHECKING:
@@ -356,10 +356,9 @@ class HopSim(Protocol):
     def __init__(self, engine):
         super().__init__(engine)
         from hetbench.algorithms.dpsgd import gossip_graph
-        from hetbench.algorithms.hop import HEADER
 
         self.graph = gossip_graph(self.config, self.n)
-        self.msg = self.net.message(self.model_bytes + HEADER * 4)
+        self.msg = self.net.message(self.model_bytes + hop.HEADER * 4)
         c = self.config
         self.b, self.s, self.gap = c.backup_workers, c.staleness, c.max_iteration_gap
         self.skip, self.skip_threshold = c.skip, c.skip_threshold
@@ -383,45 +382,27 @@ class HopSim(Protocol):
             if entered > self.entered[dst][src]:
                 self.entered[dst][src] = entered
             if not self.stopped[dst]:
-                self.queues[dst][src].append((lo, hi))
+                self.queues[dst][src].append(hop.Entry(lo, hi))
         if self.blocked[dst] is not None:
             self._unblock(dst)
 
-    # -- hop.py's rules ----------------------------------------------------------------------
+    # -- hop.py's rules, on this worker's state ----------------------------------------------
     def _usable(self, w, j, k):
-        for lo, hi in reversed(self.queues[w][j]):
-            if lo <= k and hi >= k - self.s:
-                return hi
-        return None
+        entry = hop.newest_usable(self.queues[w][j], k, self.s)
+        return None if entry is None else entry.hi
 
     def _updates_ready(self, w, k):
-        usable = possible = 0
-        done = self.done_peers[w]
-        for j in self.graph[w]:
-            if self._usable(w, j, k) is not None:
-                usable += 1
-                possible += 1
-            elif j not in done:
-                possible += 1
-        return usable >= min(len(self.graph[w]) - self.b, possible)
+        return hop.updates_ready(self.queues[w], self.done_peers[w], k, self.b, self.s)
 
     def _tokens_ready(self, w, k):
-        done, entered = self.done_peers[w], self.entered[w]
-        return all(entered[j] >= k - self.gap for j in self.graph[w] if j not in done)
+        return hop.tokens_ready(self.entered[w], self.done_peers[w], k, self.gap)
 
     def _skip_target(self, w, k):
-        entered = self.entered[w]
-        furthest = max(entered.values())
-        if furthest - k <= self.skip_threshold:
-            return None
-        live = [entered[j] for j in self.graph[w] if j not in self.done_peers[w]]
-        target = min([furthest] + [e + self.gap for e in live])
-        return target if target > k + 1 else None
+        return hop.skip_target(self.entered[w], self.done_peers[w], k, self.skip_threshold,
+                               self.gap)
 
     def _drop_before(self, w, k):
-        for queue in self.queues[w].values():
-            while queue and queue[0][1] < k - self.s:
-                queue.popleft()
+        hop.drop_before(self.queues[w], k, self.s)
 
     # -- the step ----------------------------------------------------------------------------
     def ready(self, w):
@@ -434,7 +415,7 @@ class HopSim(Protocol):
             else:
                 self.blocked[w] = ("updates", k, self.eng.now)
             return
-        used = {str(j): q[-1][1] for j, q in self.queues[w].items() if q}
+        used = {str(j): q[-1].hi for j, q in self.queues[w].items() if q}
         self._drop_before(w, target)
         fields = {"used": used, "skipped": target - k - 1, "skip_to": target,
                   "skip_ns": round(self.eng.now * 1e9)}
