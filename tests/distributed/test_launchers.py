@@ -150,6 +150,20 @@ def test_prague_smart_services_run_under_torchrun(tmp_path):
 
 
 @pytest.mark.slow
+def test_rank_0_starts_the_services_when_torchrun_runs_without_bench(tmp_path):
+    """No `bench run` beside the job: global rank 0 starts the Group Generator and hands its
+    address to the other ranks through the store (all on loopback here, so all reach it)."""
+    config = RunConfig(algorithm="prague-smart", algorithm_options={"group_size": 2},
+                       launcher="torchrun", **BASE)
+    codes = run_two_torchrun_nodes(tmp_path, config)
+    assert codes == [0, 0], [(tmp_path / f"node{k}.log").read_text()[-2000:] for k in (0, 1)]
+    summary = summarize_run_dir(tmp_path)
+    assert summary["status"] == "ok", summary["cause"]
+    assert not (tmp_path / "services.json").exists()  # only the store carried the address
+    assert (tmp_path / "gg.log").exists()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["torchrun", pytest.param("mpi", marks=needs_mpi)])
 def test_a_killed_rank_fails_the_run_with_its_cause(tmp_path, launcher):
     config = config_for("allreduce", launcher, fault="kill@1:3", iterations=40)
