@@ -132,7 +132,10 @@ class ExternalLauncher:
         log = log_path.read_text(errors="replace")
         codes: dict[int, int | None] = {r: (0 if r in done else None)
                                         for r in range(config.world_size)}
-        codes.update(self.exit_codes(log, config.world_size))
+        # SIGTERM is how the tool stopped the ranks still running after the first failure: to
+        # the analysis they were running (a hung rank among them is then named as hung).
+        codes.update({r: None if c == -signal.SIGTERM else c
+                      for r, c in self.exit_codes(log, config.world_size).items()})
         if not any(c not in (None, 0) for c in codes.values()) and not any(
                 (run_dir / f"error.rank{r}.json").exists() for r in codes):
             # Neither the tool nor a rank said what went wrong: the tool's own last words.

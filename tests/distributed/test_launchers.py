@@ -174,6 +174,15 @@ def test_a_killed_rank_fails_the_run_with_its_cause(tmp_path, launcher):
 
 
 @pytest.mark.slow
+def test_a_hung_rank_under_torchrun_is_named(tmp_path):
+    config = config_for("allreduce", "torchrun", fault="hang@1:3", iterations=40,
+                        comm_timeout_s=5.0)
+    summary = make_launcher("torchrun").run(config, tmp_path)
+    assert summary["status"] == "failed"
+    assert summary["cause"].startswith("rank 1 hung"), summary["cause"]
+
+
+@pytest.mark.slow
 def test_a_killed_rank_on_a_torchrun_node_fails_the_summary(tmp_path):
     config = config_for("allreduce", "torchrun", fault="kill@2:3", iterations=40)
     codes = run_two_torchrun_nodes(tmp_path, config)
