@@ -1,4 +1,5 @@
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,3 +20,15 @@ def cli_env(tmp_path):
     env = dict(os.environ)
     env.pop("CI", None)
     return env
+
+
+@pytest.fixture
+def bench(bench_cmd, cli_env):
+    """Run the real `bench` CLI in a subprocess: bench("run", ..., env=None, timeout=240)."""
+
+    def run(*args, env=None, timeout=240):
+        return subprocess.run([*bench_cmd, *map(str, args)], capture_output=True, text=True,
+                              env=cli_env if env is None else env, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+
+    return run

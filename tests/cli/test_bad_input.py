@@ -1,6 +1,5 @@
 """Bad input through the real CLI: one line naming the problem, exit code 2, no traceback."""
 
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -107,10 +106,9 @@ QUICK = {"unknown algorithm", "one worker", "malformed toml", "missing data dir"
 @pytest.mark.parametrize("name", [
     pytest.param(name, marks=() if name in QUICK else pytest.mark.slow)
     for name in sorted(cases(Path(tempfile.mkdtemp(prefix="hetbench-cases-"))))])
-def test_bad_input_gives_one_line_and_exit_2(tmp_path, bench_cmd, cli_env, name):
+def test_bad_input_gives_one_line_and_exit_2(tmp_path, bench, name):
     args, expected = cases(tmp_path)[name]
-    result = subprocess.run([*bench_cmd, *args], capture_output=True, text=True, env=cli_env,
-                            timeout=120, stdin=subprocess.DEVNULL)
+    result = bench(*args, timeout=120)
     assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -118,8 +116,7 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path, bench_cmd, cli_env, name)
     assert "Traceback" not in result.stderr + result.stdout
 
 
-def test_debug_shows_traceback(tmp_path, bench_cmd, cli_env):
-    result = subprocess.run([*bench_cmd, "--debug", *BASE, "--algorithms", "nope"],
-                            capture_output=True, text=True, env=cli_env, timeout=120)
+def test_debug_shows_traceback(tmp_path, bench):
+    result = bench("--debug", *BASE, "--algorithms", "nope", timeout=120)
     assert result.returncode != 0
     assert "Traceback" in result.stderr and "UserError" in result.stderr

@@ -2,7 +2,6 @@
 
 import csv
 import json
-import subprocess
 
 MATRIX = """
 name = "tiny"
@@ -16,16 +15,12 @@ warmup_iterations = 3
 """
 
 
-def bench(cmd, *args, env, timeout=240):
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
 
-
-def test_run_resume_and_report(tmp_path, bench_cmd, cli_env):
+def test_run_resume_and_report(tmp_path, bench):
     matrix = tmp_path / "tiny.toml"
     matrix.write_text(MATRIX)
     out = tmp_path / "results"
-    first = bench(bench_cmd, "run", str(matrix), "--out", str(out), env=cli_env)
+    first = bench("run", str(matrix), "--out", str(out))
     assert first.returncode == 0, first.stdout + first.stderr
     runs = sorted(p for p in out.iterdir() if p.is_dir() and not p.name.startswith("."))
     assert [r.name.split("-mlp")[0] for r in runs] == ["allreduce", "ps-async"]
@@ -44,15 +39,15 @@ def test_run_resume_and_report(tmp_path, bench_cmd, cli_env):
         assert {"schema_version", "run_id", "compute_s", "comm_s", "wait_s", "slowdown_s",
                 "loss"} <= set(event)
 
-    again = bench(bench_cmd, "run", str(matrix), "--out", str(out), env=cli_env)
+    again = bench("run", str(matrix), "--out", str(out))
     assert again.returncode == 0
     assert again.stdout.count("skip") == 2, again.stdout
-    forced = bench(bench_cmd, "run", str(matrix), "--out", str(out), "--force",
-                   "--algorithms", "allreduce", env=cli_env)
+    forced = bench("run", str(matrix), "--out", str(out), "--force",
+                   "--algorithms", "allreduce")
     assert forced.returncode == 0 and "skip" not in forced.stdout
     assert (out / ".attempts").is_dir()  # the replaced attempt is kept, not deleted
 
-    report = bench(bench_cmd, "report", str(out), env=cli_env)
+    report = bench("report", str(out))
     assert report.returncode == 0, report.stderr
     with (out / "report.csv").open() as f:
         rows = list(csv.DictReader(f))
@@ -67,11 +62,11 @@ def test_run_resume_and_report(tmp_path, bench_cmd, cli_env):
     assert "ps-async" in (out / "report.md").read_text()
 
 
-def test_flags_only_run(tmp_path, bench_cmd, cli_env):
+def test_flags_only_run(tmp_path, bench):
     out = tmp_path / "demo"
-    result = bench(bench_cmd, "run", "--algorithms", "allreduce", "--workloads", "svm",
+    result = bench("run", "--algorithms", "allreduce", "--workloads", "svm",
                    "--workers", "2", "--slowdown", "det:3@1", "--iterations", "20",
-                   "--seeds", "1", "--pace-ms", "5", "--out", str(out), env=cli_env)
+                   "--seeds", "1", "--pace-ms", "5", "--out", str(out))
     assert result.returncode == 0, result.stdout + result.stderr
     (run,) = [p for p in out.iterdir() if p.is_dir()]
     config = json.loads((run / "config.json").read_text())

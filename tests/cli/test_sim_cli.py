@@ -2,7 +2,6 @@
 
 import csv
 import json
-import subprocess
 
 MATRIX = """
 name = "tiny-sim"
@@ -15,17 +14,13 @@ pace_ms = 20
 """
 
 
-def bench(cmd, *args, env, timeout=240):
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
 
-
-def test_sim_then_report_and_compare(tmp_path, bench_cmd, cli_env):
+def test_sim_then_report_and_compare(tmp_path, bench):
     matrix = tmp_path / "tiny.toml"
     matrix.write_text(MATRIX)
     out = tmp_path / "sim"
-    result = bench(bench_cmd, "sim", str(matrix), "--workers", "4,8", "--alpha-us", "500",
-                   "--out", str(out), env=cli_env)
+    result = bench("sim", str(matrix), "--workers", "4,8", "--alpha-us", "500",
+                   "--out", str(out))
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("sim  ") == 12
     assert "predicted throughput vs allreduce" in result.stdout
@@ -35,7 +30,7 @@ def test_sim_then_report_and_compare(tmp_path, bench_cmd, cli_env):
     assert summary["simulated"] is True and summary["status"] == "ok"
     assert summary["sim"]["alpha_us"] == 500
 
-    report = bench(bench_cmd, "report", str(out), env=cli_env)
+    report = bench("report", str(out))
     assert report.returncode == 0, report.stderr
     with (out / "report.csv").open() as f:
         rows = list(csv.DictReader(f))
@@ -44,12 +39,12 @@ def test_sim_then_report_and_compare(tmp_path, bench_cmd, cli_env):
                    and r["workers"] == "8")
     assert float(hop_det["throughput_vs_allreduce"]) > 2
 
-    compare = bench(bench_cmd, "compare", str(out), env=cli_env)
+    compare = bench("compare", str(out))
     assert compare.returncode == 0, compare.stderr
     assert "prague-smart" in compare.stdout
 
 
-def test_sim_bad_input_is_one_line_and_exit_2(tmp_path, bench_cmd, cli_env):
+def test_sim_bad_input_is_one_line_and_exit_2(tmp_path, bench):
     cases = [
         ("--algorithms", "allreduce", "--workloads", "mlp-digits", "--workers", "4"),
         ("--algorithms", "allreduce", "--workloads", "mlp-digits", "--workers", "4",
@@ -62,7 +57,7 @@ def test_sim_bad_input_is_one_line_and_exit_2(tmp_path, bench_cmd, cli_env):
          "--pace-ms", "20"),
     ]
     for args in cases:
-        result = bench(bench_cmd, "sim", *args, "--out", str(tmp_path / "o"), env=cli_env)
+        result = bench("sim", *args, "--out", str(tmp_path / "o"))
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), (args, result.stderr)

@@ -1,6 +1,5 @@
 """The template algorithm is real, and a third-party plugin registers through an entry point."""
 
-import subprocess
 import textwrap
 
 import numpy as np
@@ -55,7 +54,7 @@ class ScaledAllReduce(Algorithm):
 '''
 
 
-def test_entry_point_plugin_is_listed_and_runs(tmp_path, bench_cmd, cli_env):
+def test_entry_point_plugin_is_listed_and_runs(tmp_path, bench, cli_env):
     site = tmp_path / "site"
     site.mkdir()
     (site / "my_plugin.py").write_text(PLUGIN)
@@ -67,17 +66,13 @@ def test_entry_point_plugin_is_listed_and_runs(tmp_path, bench_cmd, cli_env):
         scaled-allreduce = my_plugin:ScaledAllReduce
     """))
     env = {**cli_env, "PYTHONPATH": str(site)}
-    listed = subprocess.run([*bench_cmd, "list"], capture_output=True, text=True, env=env,
-                            timeout=120)
+    listed = bench("list", env=env, timeout=120)
     assert "scaled-allreduce" in listed.stdout and "scale = 1.0" in listed.stdout
     out = tmp_path / "out"
-    ran = subprocess.run([*bench_cmd, "run", "--algorithms", "scaled-allreduce,allreduce",
-                          "--workloads", "svm", "--workers", "2", "--iterations", "20",
-                          "--out", str(out)], capture_output=True, text=True, env=env,
-                         timeout=240)
+    ran = bench("run", "--algorithms", "scaled-allreduce,allreduce", "--workloads", "svm",
+                "--workers", "2", "--iterations", "20", "--out", out, env=env)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     events = next(out.glob("scaled-allreduce-*/events.rank0.jsonl")).read_text()
     assert '"plugin":true' in events
-    report = subprocess.run([*bench_cmd, "report", str(out)], capture_output=True, text=True,
-                            env=env, timeout=120)
+    report = bench("report", out, env=env, timeout=120)
     assert report.returncode == 0 and "scaled-allreduce" in (out / "report.csv").read_text()

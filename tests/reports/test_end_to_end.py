@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
 
 import pytest
 
@@ -26,24 +25,19 @@ target = "accuracy:0.5"
 """
 
 
-def bench(cmd, env, *args):
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, timeout=240,
-                          stdin=subprocess.DEVNULL)
-
-
 def first_crossing(run_dir, value):
     evals, _ = read_jsonl(run_dir / "eval.jsonl")
     return next(((e["wall_s"], e["iteration"]) for e in evals if e["test_accuracy"] >= value),
                 (None, None))
 
 
-def test_run_then_report_agrees_with_the_event_logs(tmp_path, bench_cmd, cli_env):
+def test_run_then_report_agrees_with_the_event_logs(tmp_path, bench):
     matrix = tmp_path / "e2e.toml"
     matrix.write_text(MATRIX)
     out = tmp_path / "results"
-    ran = bench(bench_cmd, cli_env, "run", str(matrix), "--out", str(out))
+    ran = bench("run", str(matrix), "--out", str(out))
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    reported = bench(bench_cmd, cli_env, "report", str(out), "--matrix", str(matrix))
+    reported = bench("report", str(out), "--matrix", str(matrix))
     assert reported.returncode == 0, reported.stderr
     for name in ("report.md", "report.csv", "report.html", "time_to_target.csv", "timeline.png",
                  "convergence-mlp-digits-w2-time.png",
@@ -76,7 +70,7 @@ def test_run_then_report_agrees_with_the_event_logs(tmp_path, bench_cmd, cli_env
     assert float(ttt["ps-sync"]["speedup_vs_allreduce"]) == pytest.approx(speedup)
     assert "Target for mlp-digits: test accuracy >= 0.5 (from matrix)" in (
         out / "report.md").read_text()
-    compared = bench(bench_cmd, cli_env, "compare", str(out), "--matrix", str(matrix))
+    compared = bench("compare", str(out), "--matrix", str(matrix))
     assert compared.returncode == 0, compared.stderr
     ratio = measured["ps-sync"] / measured["allreduce"]
     assert f"| ps-sync | mlp-digits | 2 | prob:3 | 1 vs 1 | {ratio:.3g} (unsupported: 1 seed)" in (

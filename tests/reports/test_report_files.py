@@ -6,7 +6,6 @@ import io
 import json
 import math
 import re
-import subprocess
 
 import pandas as pd
 import pytest
@@ -173,26 +172,21 @@ def test_reproduce_matrices_expand(name, quick):
         assert {c.compute for c in configs} == {"emulated"}
 
 
-def run_bench(bench_cmd, cli_env, *args):
-    return subprocess.run([*bench_cmd, *args], capture_output=True, text=True, env=cli_env,
-                          timeout=120, stdin=subprocess.DEVNULL)
-
-
-def test_cli_compare_and_report_on_fixtures(results, bench_cmd, cli_env):
-    compared = run_bench(bench_cmd, cli_env, "compare", str(results), "--target",
+def test_cli_compare_and_report_on_fixtures(results, bench):
+    compared = bench("compare", str(results), "--target",
                          "accuracy:0.6")
     assert compared.returncode == 0, compared.stderr
     lines = [line for line in compared.stdout.splitlines() if line.startswith("| ps-async")]
     assert len(lines) == 2 and "unsupported: 1 seed" in lines[0]
     assert re.search(r"\| prob:3 \| 2 vs 2 \| [0-9.]+ \[[0-9.]+, [0-9.]+\]", lines[1])
-    reported = run_bench(bench_cmd, cli_env, "report", str(results), "--timeline",
+    reported = bench("report", str(results), "--timeline",
                          "ps-async-mlp-digits-w2-none")
     assert reported.returncode == 0, reported.stderr
     assert "Timeline of run ps-async-mlp-digits-w2-none-s1-" in (results / "report.md").read_text()
-    bad = run_bench(bench_cmd, cli_env, "report", str(results), "--target", "speed:2")
+    bad = bench("report", str(results), "--target", "speed:2")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert bad.stderr.startswith("error: target 'speed:2'")
-    baseline = run_bench(bench_cmd, cli_env, "compare", str(results), "--baseline", "hop")
+    baseline = bench("compare", str(results), "--baseline", "hop")
     assert baseline.returncode == 2 and "pick one with --baseline" in baseline.stderr
 
 
