@@ -192,17 +192,11 @@ def test_a_killed_rank_on_a_torchrun_node_fails_the_summary(tmp_path):
     assert "rank 2" in summary["cause"], summary["cause"]
 
 
-def bench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    exe = Path(sys.executable).with_name("bench")
-    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120,
-                          env=env)
-
-
 RUN_ARGS = ["run", "--algorithms", "allreduce", "--workloads", "mlp-digits", "--workers", "2",
             "--iterations", "10"]
 
 
-def test_unknown_launcher_is_one_error_line(tmp_path):
+def test_unknown_launcher_is_one_error_line(tmp_path, bench):
     result = bench(*RUN_ARGS, "--launcher", "slurm", "--out", str(tmp_path))
     assert result.returncode == 2
     assert result.stderr.strip() == ("error: launcher must be one of local, torchrun, mpi, "
@@ -216,12 +210,12 @@ def test_unknown_launcher_is_one_error_line(tmp_path):
         "error: launcher must be one of local, torchrun, mpi, got 'horovodrun'"]
 
 
-def test_mpi_launcher_without_mpi4py_is_one_error_line(tmp_path):
+def test_mpi_launcher_without_mpi4py_is_one_error_line(tmp_path, bench, cli_env):
     # A package directory that shadows mpi4py and fails to import, as a missing one does.
     shadow = tmp_path / "shadow" / "mpi4py"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('No module named mpi4py')\n")
-    env = {**os.environ, "PYTHONPATH": str(shadow.parent)}
+    env = {**cli_env, "PYTHONPATH": str(shadow.parent)}
     result = bench(*RUN_ARGS, "--launcher", "mpi", "--out", str(tmp_path / "out"), env=env)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
@@ -229,7 +223,7 @@ def test_mpi_launcher_without_mpi4py_is_one_error_line(tmp_path):
     assert not list((tmp_path / "out").glob("*/config.json"))  # nothing started
 
 
-def test_prepare_needs_an_external_launcher(tmp_path):
+def test_prepare_needs_an_external_launcher(tmp_path, bench):
     result = bench(*RUN_ARGS, "--prepare", "--out", str(tmp_path))
     assert result.returncode == 2
     assert result.stderr.strip().startswith("error: --prepare is for runs that torchrun or "
