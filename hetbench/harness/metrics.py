@@ -26,14 +26,16 @@ def throughput_window(events_by_rank: dict[int, list[dict[str, Any]]],
 
 
 def throughput(events_by_rank: dict[int, list[dict[str, Any]]], warmup_iterations: int) -> float:
-    """Samples processed by all workers per second inside the steady-state window (0 if none).
+    """Samples processed by all workers per second inside the steady-state window.
 
     An iteration counts in proportion to its overlap with the window, so the rate does not jump
-    with where iteration boundaries fall.
+    with where iteration boundaries fall. Without a common window (an asynchronous run whose
+    fastest worker finished before the slowest one left warm-up) it is the sum of each worker's
+    own post-warm-up rate; 0 only if some worker never got past warm-up.
     """
     window = throughput_window(events_by_rank, warmup_iterations)
     if window is None:
-        return 0.0
+        return _sum_of_own_rates(events_by_rank, warmup_iterations)
     t0, t1 = window
     samples = 0.0
     for events in events_by_rank.values():
@@ -42,6 +44,21 @@ def throughput(events_by_rank: dict[int, list[dict[str, Any]]], warmup_iteration
             if overlap > 0:
                 samples += e["samples"] * overlap / (e["t_end"] - e["t_start"])
     return samples / ((t1 - t0) / 1e9)
+
+
+def _sum_of_own_rates(events_by_rank: dict[int, list[dict[str, Any]]],
+                      warmup_iterations: int) -> float:
+    total = 0.0
+    for events in events_by_rank.values():
+        if len(events) <= warmup_iterations:
+            return 0.0
+        steady = events[warmup_iterations:]
+        t0 = events[warmup_iterations - 1]["t_end"] if warmup_iterations else steady[0]["t_start"]
+        span_ns = steady[-1]["t_end"] - t0
+        if span_ns <= 0:
+            return 0.0
+        total += sum(e["samples"] for e in steady) / (span_ns / 1e9)
+    return total
 
 
 def time_breakdown(events: Iterable[dict[str, Any]]) -> dict[str, float]:

@@ -95,3 +95,12 @@ def test_throughput_window_excludes_a_worker_that_finished_early():
     assert t1 == int(500e6)  # worker 0's last iteration ends at 0.5 s
     assert throughput(events, warmup_iterations=1) > 0
     assert throughput({0: events[0][:1], 1: events[1]}, warmup_iterations=1) == 0.0
+
+
+def test_throughput_without_a_common_window_sums_each_workers_own_rate():
+    # Worker 0 does 5 iterations of 10 ms and is done at 50 ms; worker 1 leaves its 3-iteration
+    # warm-up only at 300 ms: no moment where both are past warm-up and running.
+    events = {0: _events(range(0, 50, 10), 10), 1: _events(range(0, 1000, 100), 100)}
+    assert throughput_window(events, warmup_iterations=3) is None
+    # Worker 0: 2 x 10 samples in [30, 50] ms; worker 1: 7 x 10 samples in [300, 1000] ms.
+    assert throughput(events, warmup_iterations=3) == pytest.approx(20 / 0.02 + 70 / 0.7)
