@@ -19,13 +19,13 @@ from tests.helpers import final_models, run_config
 ITERATIONS = 10
 
 
-def run_impl(tmp_path, impl, workers, workload="mlp-digits"):
+def run_impl(tmp_path, impl, workers, workload="mlp-digits", **workload_options):
     """Final parameters of every worker of one run (asserting they agree with each other)."""
     run_dir = tmp_path / f"{impl}-{workload}-{workers}"
     summary = run_config(run_dir, algorithm="allreduce", workload=workload, workers=workers,
                          iterations=ITERATIONS, warmup_iterations=2, save_models=True, seed=5,
                          algorithm_options={"impl": impl},
-                         workload_options={"lr": 0.2, "momentum": 0.9})
+                         workload_options={"lr": 0.2, "momentum": 0.9, **workload_options})
     assert summary["status"] == "ok", f"{impl}: {summary['cause']}"
     assert summary["iterations_per_worker"] == [ITERATIONS] * workers
     models = final_models(run_dir, workers)
@@ -72,6 +72,18 @@ def test_horovod_matches_ddp_and_buckets(tmp_path, workers):
     assert_same(horovod, run_impl(tmp_path, "ddp", workers), f"horovod vs ddp, {workers} workers")
     assert_same(horovod, run_impl(tmp_path, "buckets", workers),
                 f"horovod vs buckets, {workers} workers")
+
+
+@pytest.mark.parametrize("impl", ["ddp", "horovod"])
+def test_emulated_compute_is_averaged_too(tmp_path, impl):
+    # No forward/backward under emulated compute: DDP's hooks never fire (the algorithm then
+    # averages itself) and Horovod's synchronize() reduces the gradients no hook saw.
+    if impl == "horovod":
+        require_horovod()
+    emulated = {"compute": "emulated", "compute_ms": 1.0}
+    got = run_impl(tmp_path, impl, 3, **emulated)
+    assert not np.allclose(got, initial_params("mlp-digits")), "training must move the model"
+    assert_same(got, run_impl(tmp_path, "buckets", 3, **emulated), f"{impl} vs buckets, emulated")
 
 
 def test_missing_horovod_is_one_error_line_before_any_process_starts(tmp_path, bench_cmd,
