@@ -56,7 +56,7 @@ def test_matrix_expands_the_product_with_resolved_options():
                       "iterations": 10, "algorithm": {"allreduce": {"bucket_mb": 1}}})
     assert len(configs) == 2 * 2 * 2 * 2
     allreduce = [c for c in configs if c.algorithm == "allreduce"]
-    assert all(c.algorithm_options == {"bucket_mb": 1.0} for c in allreduce)
+    assert all(c.algorithm_options == {"bucket_mb": 1.0, "impl": "buckets"} for c in allreduce)
     assert all(c.workload_options["batch_size"] == 32 for c in configs)  # defaults filled in
     assert len({c.run_id for c in configs}) == len(configs)
 
