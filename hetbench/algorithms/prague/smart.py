@@ -1,10 +1,13 @@
 """prague-smart: groups from the smart Group Generator, a gRPC service in its own process.
 
 Random groups of `group_size`, Group Division, Group Buffer and the threshold rule (generator.py).
-Defaults (pairs, delta_c 2, at most 2 queued groups per worker) are the ones that tolerate random
+Defaults (pairs, delta_c 2, at most one queued group per worker) are the ones that tolerate random
 stragglers best in bench sim and in real 16-worker runs (docs/bench-prague.md, "Defaults"): every
 member of a group waits for its slowest, and a group is committed before anyone knows who will be
 slowed, so the fewer peers a group (and a buffer) ties to a worker, the less a straggler holds up.
+With buffer_limit 1 the Group Buffer still queues a group for a busy worker (it runs it when it
+next asks), just never a second one; group_buffer = false means the same, buffer_limit = 0 is the
+paper's unbounded buffer.
 finish() tells the generator the worker is done, then drains the groups already queued for it,
 so no peer is left waiting in a group with a worker that has stopped.
 """
@@ -27,7 +30,7 @@ class PragueSmartOptions(PragueOptions):
     delta_c: int = opt(2, "threshold rule: members' request counts differ by less than delta_c")
     group_division: bool = opt(True, "one request partitions all eligible workers into groups")
     group_buffer: bool = opt(True, "queue groups for busy workers (else only idle ones join)")
-    buffer_limit: int = opt(2, "most groups queued per worker (0 = unbounded); a worker with a "
+    buffer_limit: int = opt(1, "most groups queued per worker (0 = unbounded); a worker with a "
                                "full buffer is left out of new groups")
 
     def __post_init__(self):
