@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from hetbench.cli_flags import matrix_flags
 from hetbench.errors import UserError
 
 EXIT_BAD_INPUT = 2
@@ -57,15 +58,7 @@ def list_cmd(options: bool) -> None:
 
 
 @cli.command("run")
-@click.argument("matrix_file", required=False, type=click.Path(path_type=Path))
-@click.option("--algorithms", help="Comma-separated algorithm names (see `bench list`).")
-@click.option("--workloads", help="Comma-separated workload names.")
-@click.option("--workers", help="Comma-separated worker counts, e.g. 4,8.")
-@click.option("--slowdown", help="Comma-separated slowdown specs: none, prob:5, det:5@0,3 ...")
-@click.option("--iterations", type=int, help="Iterations per worker.")
-@click.option("--seconds", type=float, help="Wall-clock budget per run (seconds).")
-@click.option("--seeds", help="Comma-separated seeds, or a count N meaning seeds 1..N.")
-@click.option("--pace-ms", type=float, help="Floor on each iteration's compute time (ms).")
+@matrix_flags
 @click.option("--out", type=click.Path(path_type=Path), help="Results directory.")
 @click.option("--launcher", help="Who starts the ranks: local (default), torchrun or mpi "
               "(see docs/multi-node.md).")

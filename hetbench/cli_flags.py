@@ -1,0 +1,28 @@
+"""The matrix flags shared by `bench run` and `bench sim`: both expand the same matrix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+_MATRIX_FLAGS = [
+    click.argument("matrix_file", required=False, type=click.Path(path_type=Path)),
+    click.option("--algorithms", help="Comma-separated algorithm names (see `bench list`)."),
+    click.option("--workloads", help="Comma-separated workload names."),
+    click.option("--workers", help="Comma-separated worker counts, e.g. 4,8."),
+    click.option("--slowdown",
+                 help="Comma-separated slowdown specs: none, prob:5, det:5@0,3 ..."),
+    click.option("--iterations", type=int, help="Iterations per worker."),
+    click.option("--seconds", type=float,
+                 help="Wall-clock budget per run (seconds; simulated seconds in `bench sim`)."),
+    click.option("--seeds", help="Comma-separated seeds, or a count N meaning seeds 1..N."),
+    click.option("--pace-ms", type=float, help="Floor on each iteration's compute time (ms)."),
+]
+
+
+def matrix_flags(command):
+    """Adds the matrix file argument and the axis flags (passed to from_file_and_flags)."""
+    for flag in reversed(_MATRIX_FLAGS):
+        command = flag(command)
+    return command
