@@ -183,8 +183,9 @@ class _Meetings:
     The collective costs the ring formula over the members. As Comm.member_group does, the
     members keep LRU caches of `cache_size` member communicators; if one member lacks the
     group's, they all build a new one first (network.group_setup_s; 0 unless set). The store
-    agreement before each use is not charged: on the validation machine a P-Reduce of 4 was
-    measured no slower than an all-reduce of 4, so the ring formula already covers it.
+    claim before each use (one concurrent compare_set per member) is not charged: on the
+    validation machine a P-Reduce was measured within 10% of an all-reduce of the same ranks
+    (docs/bench-prague.md), so the ring formula already covers it.
     """
 
     def __init__(self, protocol: Protocol):
