@@ -37,14 +37,16 @@ def summary(run_dir: Path) -> dict[str, Any]:
     return json.loads((run_dir / "summary.json").read_text())
 
 
-def _rank_entry(fn, rank, world_size, port, timeout_s, args, queue):
+def _rank_entry(fn, rank, world_size, port, timeout_s, args, queue, device_type="cpu"):
     import torch
 
     from hetbench.harness.comm import Comm
 
     torch.set_num_threads(1)
+    # On CUDA each rank takes its own GPU: NCCL refuses two ranks on one device.
+    device = torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")
     try:
-        comm = Comm.connect(rank, world_size, "127.0.0.1", port, torch.device("cpu"), timeout_s)
+        comm = Comm.connect(rank, world_size, "127.0.0.1", port, device, timeout_s)
         try:
             queue.put((rank, "ok", fn(comm, *args)))
         finally:
@@ -53,8 +55,10 @@ def _rank_entry(fn, rank, world_size, port, timeout_s, args, queue):
         queue.put((rank, "error", traceback.format_exc()))
 
 
-def on_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 60.0) -> list:
-    """Run fn(comm, *args) on `world_size` real gloo ranks; returns each rank's result in order.
+def on_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 60.0,
+             device_type: str = "cpu") -> list:
+    """Run fn(comm, *args) on `world_size` real ranks (gloo on CPU; NCCL, one GPU per rank, with
+    device_type="cuda"); returns each rank's result in order.
 
     `fn` must be a module-level function (it is pickled to the forked ranks).
     """
@@ -66,7 +70,8 @@ def on_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: flo
                           timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
     queue = ctx.Queue()
     procs = [ctx.Process(target=_rank_entry,
-                         args=(fn, r, world_size, store.port, timeout_s, args, queue))
+                         args=(fn, r, world_size, store.port, timeout_s, args, queue,
+                               device_type))
              for r in range(world_size)]
     for p in procs:
         p.start()
