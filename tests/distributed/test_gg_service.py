@@ -1,6 +1,7 @@
 """The Group Generator through a real gRPC server (in its own process) and real clients."""
 
 import os
+import socket
 import threading
 from collections import defaultdict
 
@@ -123,3 +124,13 @@ def test_the_server_process_is_gone_after_the_run(tmp_path):
     assert err.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
     client.close()
     assert "groups generated" in (tmp_path / "gg.log").read_text()
+
+
+def test_a_multi_node_server_listens_everywhere_and_advertises_the_hostname(tmp_path):
+    with gg_server({**SMART, "workers": 4, "seed": 0}, tmp_path / "gg.log",
+                   host="0.0.0.0") as services:
+        host, _ = services["gg_address"].rsplit(":", 1)
+        assert host == socket.gethostname()  # what workers on other machines dial
+        client = GroupClient(services["gg_address"], timeout_s=5)
+        assert len(client.group(2).members) == 4
+        client.close()

@@ -1,8 +1,9 @@
 """The Group Generator as a gRPC service: a thin layer over generator.GroupGenerator.
 
 `gg_server(...)` (a context manager, used by the algorithms' services()) starts
-`python -m hetbench.algorithms.prague.service` in its own process on 127.0.0.1 with a free port
-and stops it afterwards; `GroupClient` is what a worker holds. Bad requests (a worker out of
+`python -m hetbench.algorithms.prague.service` in its own process on the run's bind_host
+(127.0.0.1 unless a multi-node run sets 0.0.0.0) with a free port and stops it afterwards;
+`GroupClient` is what a worker holds. Bad requests (a worker out of
 range, bytes that do not parse) get a gRPC error status and the server goes on serving.
 """
 
@@ -108,20 +109,26 @@ class GroupClient:
 
 
 @contextlib.contextmanager
-def gg_server(spec: dict[str, Any], log_path: Path | None = None) -> Iterator[dict[str, Any]]:
+def gg_server(spec: dict[str, Any], log_path: Path | None = None,
+              host: str = "127.0.0.1") -> Iterator[dict[str, Any]]:
     """Run the Group Generator in its own process for the duration; yields its address and pid
     (the services a run's workers see).
 
     `spec` holds GroupGenerator's arguments (workers, group_size, delta_c, group_division,
-    group_buffer, seed). The server's stderr goes to `log_path` when given.
+    group_buffer, seed). The server's stderr goes to `log_path` when given. It listens on
+    `host` (the run's bind_host: 127.0.0.1 unless a multi-node run sets 0.0.0.0, when workers
+    on other machines dial this machine's hostname).
     """
+    from hetbench.harness.rendezvous import advertised_host
+
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hetbench.algorithms.prague.service", json.dumps(spec)],
+        [sys.executable, "-m", "hetbench.algorithms.prague.service", json.dumps(spec),
+         "--host", host],
         stdout=subprocess.PIPE, stderr=log, start_new_session=True)
     try:
         port = _read_port(proc)
-        yield {"gg_address": f"127.0.0.1:{port}", "gg_pid": proc.pid}
+        yield {"gg_address": f"{advertised_host(host)}:{port}", "gg_pid": proc.pid}
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -155,10 +162,11 @@ def _read_port(proc: subprocess.Popen) -> int:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Prague's Group Generator (started by a run)")
     parser.add_argument("spec", help="JSON of GroupGenerator's arguments")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     args = parser.parse_args(argv)
     spec = json.loads(args.spec)
     generator = GroupGenerator(spec.pop("workers"), spec.pop("group_size"), **spec)
-    server, port = start_server(generator)
+    server, port = start_server(generator, host=args.host)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print(f"port {port}", flush=True)  # the launcher reads this line

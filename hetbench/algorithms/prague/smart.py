@@ -62,9 +62,11 @@ class _GeneratedGroups(PragueBase):
         from hetbench.algorithms.prague.service import gg_server
 
         config_file = run_dir / "config.json"
-        seed = read_json(config_file)["seed"] if config_file.exists() else 0
-        spec = {**cls.generator_spec(config, workers), "workers": workers, "seed": seed}
-        with gg_server(spec, log_path=run_dir / "gg.log") as services:
+        run_config = read_json(config_file) if config_file.exists() else {}
+        spec = {**cls.generator_spec(config, workers), "workers": workers,
+                "seed": run_config.get("seed", 0)}
+        host = run_config.get("bind_host", "127.0.0.1")
+        with gg_server(spec, log_path=run_dir / "gg.log", host=host) as services:
             yield services
 
     def setup(self, ctx, model, optimizer):
