@@ -132,11 +132,8 @@ def test_mpirun_with_four_ranks_matches_the_local_launcher(tmp_path, local_resul
     assert_same_results(tmp_path, local_results(algorithm))
 
 
-@pytest.mark.slow
-def test_torchrun_on_one_machine_matches_the_local_launcher(tmp_path, local_results):
-    summary = make_launcher("torchrun").run(config_for("allreduce", "torchrun"), tmp_path)
-    assert summary["status"] == "ok", summary["cause"]
-    assert_same_results(tmp_path, local_results("allreduce"))
+# One-machine torchrun (`bench run --launcher torchrun`) runs in the services, kill and hang
+# tests below; result equality with the local launcher is the two-node test's job.
 
 
 @pytest.mark.slow
