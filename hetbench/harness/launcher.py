@@ -16,7 +16,6 @@ import multiprocessing
 import os
 import signal
 import socket
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -193,13 +192,9 @@ def _rank_main(run_dir: Path, rank: int, port: int) -> None:
     # about 10% slower than ranks sharing one (measured, benchmarks/allreduce_vs_ddp.py).
     os.setpgid(0, 0)
     os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    fd = os.open(run_dir / f"worker.rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    from hetbench.harness.worker import main
+    from hetbench.harness.worker import log_to_run_dir, main
+
+    log_to_run_dir(run_dir, rank)
 
     main(["--run-dir", str(run_dir), "--rank", str(rank), "--store-port", str(port)])
 

@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         config = RunConfig.from_dict(read_json(args.run_dir / "config.json"))
         if config.launcher != "local":
-            _log_to_run_dir(args.run_dir, rank)
+            log_to_run_dir(args.run_dir, rank)
         _note(rank, f"started (pid {os.getpid()}) by launcher {config.launcher}")
         _progress["phase"] = "rendezvous"
         rdzv = _join(config, args)
@@ -303,9 +303,10 @@ def _rank_from_environment() -> int:
                      "environment; start it through `bench run`, torchrun or mpirun")
 
 
-def _log_to_run_dir(run_dir: Path, rank: int) -> None:
-    """torchrun and mpirun interleave every rank's output; give each its own log like the local
-    launcher does, so a run's directory looks the same whoever started it."""
+def log_to_run_dir(run_dir: Path, rank: int) -> None:
+    """Send this rank's stdout/stderr to worker.rank<r>.log in the run directory (the local
+    launcher does it for each rank; under torchrun and mpirun, whose output interleaves every
+    rank's, the worker does it itself), so a run's directory looks the same whoever started it."""
     fd = os.open(run_dir / f"worker.rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     sys.stdout.flush()
     sys.stderr.flush()
