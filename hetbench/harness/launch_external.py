@@ -30,9 +30,10 @@ from hetbench.harness.launcher import (
     _last_iteration,
     _size,
     failure_cause,
+    record_run,
     write_summary,
 )
-from hetbench.harness.store import environment, read_json, write_json_atomic
+from hetbench.harness.store import read_json, write_json_atomic
 
 #: How long torchrun / mpirun get to stop their ranks on SIGTERM before everything is killed.
 STOP_GRACE_S = 10.0
@@ -61,42 +62,27 @@ class ExternalLauncher:
         return {}
 
     def run(self, config: RunConfig, run_dir: Path) -> dict[str, Any]:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(run_dir / "config.json", config.to_dict())
-        write_json_atomic(run_dir / "env.json", environment())
-        started = time.time()
-        status, cause = "ok", None
-        proc: subprocess.Popen | None = None
+        job: list[subprocess.Popen] = []
         log_path = run_dir / f"{self.name}.log"
-        try:
-            # Services run here, beside the job, as under the local launcher: their lifetime is
-            # the run's even when a rank is killed.
-            with config.algorithm_class().services(config.algorithm_config(), config.workers,
-                                                   run_dir) as services:
-                write_json_atomic(run_dir / "services.json", services)
-                with open(log_path, "wb") as log:
-                    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-                           "PYTHONUNBUFFERED": "1"}
-                    # Own session: Ctrl-C reaches only `bench`, which then stops the job.
-                    proc = subprocess.Popen(self.command(config, run_dir), stdout=log,
+
+        # Services run beside the job, as under the local launcher (record_run): their
+        # lifetime is the run's even when a rank is killed.
+        def train(services: dict[str, Any]) -> str | None:
+            with open(log_path, "wb") as log:
+                env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                       "PYTHONUNBUFFERED": "1"}
+                # Own session: Ctrl-C reaches only `bench`, which then stops the job.
+                job.append(subprocess.Popen(self.command(config, run_dir), stdout=log,
                                             stderr=subprocess.STDOUT, env=env,
-                                            start_new_session=True)
-                    try:
-                        code, hang = self._watch(config, run_dir, proc)
-                    finally:
-                        stop_job(proc)
-            cause = hang or self._cause(config, run_dir, code, log_path)
-            status = "ok" if cause is None else "failed"
-        except KeyboardInterrupt:
-            status, cause = "interrupted", "interrupted by the user (Ctrl-C)"
-            raise
-        except Exception as exc:
-            status, cause = "failed", f"launcher: {type(exc).__name__}: {exc}"
-        finally:
-            if proc is not None:
-                stop_job(proc)
-            summary = write_summary(config, run_dir, status, cause, started)
-        return summary
+                                            start_new_session=True))
+                try:
+                    code, hang = self._watch(config, run_dir, job[0])
+                finally:
+                    stop_job(job[0])
+            return hang or self._cause(config, run_dir, code, log_path)
+
+        return record_run(config, run_dir, train,
+                          cleanup=lambda: [stop_job(proc) for proc in job])
 
     def _watch(self, config: RunConfig, run_dir: Path,
                proc: subprocess.Popen) -> tuple[int | None, str | None]:

@@ -101,9 +101,6 @@ class LocalLauncher:
         import torch.distributed as dist
 
         run_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(run_dir / "config.json", config.to_dict())
-        write_json_atomic(run_dir / "env.json", environment())
-        started = time.time()
         # The store listens on a socket we bind, so it is reachable on bind_host only
         # (TCPStore on its own listens on every interface).
         listener = socket.create_server((config.bind_host, 0))
@@ -112,29 +109,16 @@ class LocalLauncher:
                               timeout=datetime.timedelta(seconds=config.comm_timeout_s),
                               wait_for_workers=False, master_listen_fd=listener.detach())
         procs: list[multiprocessing.Process] = []
-        cause, status = None, "ok"
-        algorithm = config.algorithm_class()
+
+        def train(services: dict[str, Any]) -> str | None:
+            procs.extend(self._spawn(config, run_dir, rank, port)
+                         for rank in range(config.world_size))
+            return self._watch(config, run_dir, procs)
+
         try:
-            with algorithm.services(config.algorithm_config(), config.workers,
-                                    run_dir) as services:
-                write_json_atomic(run_dir / "services.json", services)
-                try:
-                    procs = [self._spawn(config, run_dir, rank, port)
-                             for rank in range(config.world_size)]
-                    cause = self._watch(config, run_dir, procs)
-                finally:
-                    _kill_all(procs)
-            status = "ok" if cause is None else "failed"
-        except KeyboardInterrupt:
-            status, cause = "interrupted", "interrupted by the user (Ctrl-C)"
-            raise
-        except Exception as exc:
-            status, cause = "failed", f"launcher: {type(exc).__name__}: {exc}"
+            return record_run(config, run_dir, train, cleanup=lambda: _kill_all(procs))
         finally:
-            _kill_all(procs)
-            summary = write_summary(config, run_dir, status, cause, started)
             del store  # the store owns (and closes) the listening socket
-        return summary
 
     def _spawn(self, config: RunConfig, run_dir: Path, rank: int,
                port: int) -> multiprocessing.Process:
@@ -197,6 +181,36 @@ def _rank_main(run_dir: Path, rank: int, port: int) -> None:
     log_to_run_dir(run_dir, rank)
 
     main(["--run-dir", str(run_dir), "--rank", str(rank), "--store-port", str(port)])
+
+
+def record_run(config: RunConfig, run_dir: Path, train: Callable[[dict[str, Any]], str | None],
+               cleanup: Callable[[], None]) -> dict[str, Any]:
+    """What every launcher does around its ranks: config.json and env.json first, the
+    algorithm's services for the run's lifetime, `train(services)` (the failure cause, or None),
+    `cleanup()` (kill what is left) and summary.json whatever happened; Ctrl-C marks the run
+    interrupted and is re-raised."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run_dir / "config.json", config.to_dict())
+    write_json_atomic(run_dir / "env.json", environment())
+    started = time.time()
+    try:
+        with config.algorithm_class().services(config.algorithm_config(), config.workers,
+                                               run_dir) as services:
+            write_json_atomic(run_dir / "services.json", services)
+            try:
+                cause = train(services)
+            finally:
+                cleanup()
+        status = "ok" if cause is None else "failed"
+    except KeyboardInterrupt:
+        status, cause = "interrupted", "interrupted by the user (Ctrl-C)"
+        raise
+    except Exception as exc:
+        status, cause = "failed", f"launcher: {type(exc).__name__}: {exc}"
+    finally:
+        cleanup()
+        summary = write_summary(config, run_dir, status, cause, started)
+    return summary
 
 
 def failure_cause(run_dir: Path, codes: dict[int, int | None]) -> str:
