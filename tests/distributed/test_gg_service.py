@@ -15,12 +15,14 @@ from hetbench.algorithms.prague.service import GroupClient, gg_server, start_ser
 SMART = {"group_size": 4, "delta_c": 2, "group_division": True, "group_buffer": True}
 
 
-def test_groups_of_one_round_never_share_a_worker_and_all_members_agree(tmp_path):
+@pytest.mark.parametrize("arrival_order", [False, True])  # True: the server's clock orders groups
+def test_groups_of_one_round_never_share_a_worker_and_all_members_agree(tmp_path, arrival_order):
     workers, rounds = 8, 12
     got = defaultdict(list)  # round -> [(worker, group_id, members)]
     barrier = threading.Barrier(workers)
     errors = []
-    with gg_server({**SMART, "workers": workers, "seed": 7}, tmp_path / "gg.log") as services:
+    spec = {**SMART, "workers": workers, "seed": 7, "arrival_order": arrival_order}
+    with gg_server(spec, tmp_path / "gg.log") as services:
         address = services["gg_address"]
 
         def worker(w):

@@ -202,3 +202,96 @@ def test_without_group_buffer_the_limit_is_one():
     assert gen.buffer_limit == 1
     with pytest.raises(ValueError, match="buffer_limit"):
         GroupGenerator(6, 2, buffer_limit=0)
+
+
+def _play(gen, step_s, rounds):
+    """Drive `gen` as real workers do: ask (with the time), wait until every member of the group
+    has asked (the P-Reduce), compute for step_s(worker, round), ask again. Returns each
+    worker's total wait and the set of partners it met."""
+    n = gen.workers
+    arrived: dict[int, dict[int, float]] = {}
+    waits, partners = [0.0] * n, [set() for _ in range(n)]
+    done_rounds = [0] * n
+    queue = [(0.0, w) for w in range(n)]
+    while queue:
+        queue.sort()
+        t, w = queue.pop(0)
+        group = gen.request(w, t)
+        partners[w].update(m for m in group.members if m != w)
+        arrived.setdefault(group.id, {})[w] = t
+        if len(arrived[group.id]) < len(group.members):
+            continue
+        end = max(arrived[group.id].values())
+        for m, t_m in arrived.pop(group.id).items():
+            waits[m] += end - t_m
+            done_rounds[m] += 1
+            if done_rounds[m] < rounds:
+                queue.append((end + step_s(m, done_rounds[m]), m))
+    return waits, partners
+
+
+def test_expected_arrival_is_the_groups_completion_plus_the_median_work_time():
+    gen = GroupGenerator(2, 2, arrival_order=True, seed=0)
+    gen.request(0, 0.0)
+    gen.request(1, 0.1)  # group 0 complete at 0.1
+    gen.request(0, 1.1)  # work 1.0
+    gen.request(1, 1.3)  # work 1.2; group 1 complete at 1.3
+    # Both next ask at 1.3 + median(1.0, 1.2) = 2.4, until a quarter of a work time has passed.
+    assert gen.expected_arrivals(1.3) == pytest.approx({0: 2.4, 1: 2.4})
+    assert gen.expected_arrivals(2.6) == pytest.approx({0: 2.4, 1: 2.4})
+    assert gen.expected_arrivals(2.7) == {0: float("inf"), 1: float("inf")}  # late
+    # 0 has asked (at 2.4) and waits in a group whose other member, 1, is now late: 0 will be
+    # late too.
+    gen.request(0, 2.4)
+    assert gen.expected_arrivals(2.8) == {0: float("inf"), 1: float("inf")}
+    gen.request(1, 2.9)  # work 1.6; group complete at 2.9
+    # Work samples 1.0, 1.2, 1.1 (0's wait counts as work: it asked 1.1 after 1.3) and 1.6.
+    assert gen.expected_arrivals(2.9) == pytest.approx({0: 4.05, 1: 4.05})
+
+
+def test_arrival_order_pairs_workers_that_arrive_together():
+    # Workers 0-3 step every 1 s, 4 and 5 every 3 s; no threshold rule, so only the order
+    # can keep the fast ones from waiting in groups with the slow ones.
+    def fast_workers_wait(arrival_order):
+        total = 0.0
+        for seed in range(5):
+            gen = GroupGenerator(6, 2, delta_c=None, buffer_limit=1,
+                                 arrival_order=arrival_order, seed=seed)
+            waits, _ = _play(gen, lambda w, k: 1.0 if w < 4 else 3.0, rounds=30)
+            total += sum(waits[:4])
+        return total
+
+    assert fast_workers_wait(True) < 0.5 * fast_workers_wait(False)
+
+
+def test_arrival_order_makes_fast_workers_wait_less_for_random_stragglers():
+    def total_wait(arrival_order, seed):
+        gen = GroupGenerator(16, 2, buffer_limit=1, arrival_order=arrival_order, seed=seed)
+        rng = random.Random(seed)
+        slowed = {(w, k) for w in range(16) for k in range(60) if rng.random() < 1 / 16}
+        waits, _ = _play(gen, lambda w, k: 1.0 + 4.0 * ((w, k) in slowed), rounds=60)
+        return sum(waits)
+
+    on = sum(total_wait(True, s) for s in range(5))
+    off = sum(total_wait(False, s) for s in range(5))
+    assert on < 0.85 * off
+
+
+def test_arrival_order_keeps_groups_mixing():
+    # Equal steps with a little jitter: ordering strictly by expected time would pin the same
+    # pairs forever; coarse time classes shuffled randomly keep everyone meeting everyone.
+    gen = GroupGenerator(8, 2, buffer_limit=1, arrival_order=True, seed=4)
+    rng = random.Random(4)
+    _, partners = _play(gen, lambda w, k: 1.0 + rng.uniform(0, 0.05), rounds=80)
+    assert all(len(p) >= 5 for p in partners)
+
+
+def test_arrival_order_keeps_one_global_order():
+    for seed in range(5):
+        gen = GroupGenerator(7, 3, delta_c=3, buffer_limit=2, arrival_order=True, seed=seed)
+        rng = random.Random(seed)
+        got = {w: [] for w in range(7)}
+        for i in range(200):
+            w = rng.choice([0, 1, 2, 3, 4, 5, 6, 0, 1, 2])
+            got[w].append(gen.request(w, i * 0.1))
+        _assert_no_cycles(got)

@@ -25,11 +25,24 @@ The buffer limit bounds how many peers a worker that has fallen behind can hold 
 group commits group_size - 1 others to wait for it. Unbounded, a worker that stalled collects a
 group from every division made meanwhile, and (while everyone waits for it) the counts stay
 within delta_c of each other, so the threshold rule never separates it.
+
+arrival_order (hetbench's addition; the paper draws groups uniformly at random): a group is
+committed while most of its members are still computing, and every member then waits for the
+last one, so random groups of workers at random points of their steps wait about half a step
+each. With request times, the generator knows when each worker took its current group and when
+that group was complete (its last member asked), hence when each worker should ask next: that
+completion plus the median "work" time (completion to next request: P-Reduce plus compute).
+The requester gets the partners expected soonest, and the division groups workers expected at
+about the same time; a worker past its expected time (slowed, most likely) goes last. Expected
+times are coarsened to quarters of a work time and ties keep the random shuffle's order, so
+groups keep mixing (strict ordering pinned the same pairs forever). Group Division, the Group
+Buffer's global order and the threshold rule are unchanged: groups still never conflict.
 """
 
 from __future__ import annotations
 
 import random
+import statistics
 from collections import deque
 from dataclasses import dataclass
 
@@ -47,7 +60,8 @@ class GroupGenerator:
 
     def __init__(self, workers: int, group_size: int, *, delta_c: int | None = 2,
                  group_division: bool = True, group_buffer: bool = True,
-                 buffer_limit: int | None = None, seed: int = 0):
+                 buffer_limit: int | None = None, arrival_order: bool = False,
+                 seed: int = 0):
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if not 2 <= group_size <= workers:
@@ -60,6 +74,7 @@ class GroupGenerator:
         self.group_size = group_size
         self.delta_c = delta_c
         self.group_division = group_division
+        self.arrival_order = arrival_order
         self.group_buffer = group_buffer
         #: Most groups a worker's buffer may hold (a new group needs room in every member's).
         self.buffer_limit = (1 if not group_buffer else
@@ -69,20 +84,54 @@ class GroupGenerator:
         self.done: set[int] = set()
         self.generated = 0
         self._rng = random.Random(seed)
+        # arrival_order's timing, kept only when requests come with a time: the group each
+        # worker last took, who has taken each open group when, when each group was complete
+        # (its last member asked), and the latest "work" samples (from a group's completion to
+        # a member's next request: the P-Reduce plus the next step's compute).
+        self._now: float | None = None
+        self._current: list[int | None] = [None] * workers
+        self._members: dict[int, tuple[int, ...]] = {}
+        self._taken_at: dict[int, dict[int, float]] = {}
+        self._completed: dict[int, float] = {}
+        self._work: deque[float] = deque(maxlen=4 * workers)
 
     def _check(self, worker: int) -> None:
         if not 0 <= worker < self.workers:
             raise ValueError(f"worker {worker} is out of range 0..{self.workers - 1}")
 
-    def request(self, worker: int) -> Group | None:
-        """The requester's next group; None once it is done and its buffer is drained."""
+    def request(self, worker: int, now: float | None = None) -> Group | None:
+        """The requester's next group; None once it is done and its buffer is drained.
+        `now` (seconds on any clock common to all requests) enables arrival_order."""
         self._check(worker)
+        self._now = now
         if worker in self.done:
-            return self.buffers[worker].popleft() if self.buffers[worker] else None
+            return self._take(worker) if self.buffers[worker] else None
         self.counts[worker] += 1
+        previous = self._current[worker]
+        if now is not None and previous in self._completed:
+            self._work.append(now - self._completed[previous])
         if not self.buffers[worker]:
             self._generate(worker)
-        return self.buffers[worker].popleft()
+        return self._take(worker)
+
+    def _take(self, worker: int) -> Group:
+        """Pop the worker's next group, noting (with a time) when each member took it."""
+        group = self.buffers[worker].popleft()
+        if self._now is None:
+            return group
+        self._current[worker] = group.id
+        taken = self._taken_at.setdefault(group.id, {})
+        taken[worker] = self._now
+        if len(taken) == len(group.members):
+            self._completed[group.id] = max(taken.values())
+            del self._taken_at[group.id]
+            self._members.pop(group.id, None)
+            if len(self._completed) > 4 * self.workers:  # keep what some worker still refers to
+                live = set(self._current)
+                self._completed = {g: t for g, t in self._completed.items() if g in live}
+        else:
+            self._members[group.id] = group.members
+        return group
 
     def finish(self, worker: int) -> int:
         """The worker spent its budget: no new groups for it. Returns its queued groups."""
@@ -102,9 +151,53 @@ class GroupGenerator:
             and len(self.buffers[w]) < self.buffer_limit and self.close(w, requester)
         ]
 
+    def expected_arrivals(self, now: float) -> dict[int, float]:
+        """When each worker should next ask, seen at time `now` (arrival_order; needs request
+        times): when the group it took last is complete (its last member asks; predicted the
+        same way for members still to ask) plus the median work time. +inf for a worker that
+        is late (expected more than a quarter of a work time before now: slowed, most likely)
+        or whose group waits on a late one."""
+        memo: dict[int, float] = {}
+        work = statistics.median(self._work) if self._work else 0.0
+
+        def completion(group_id: int) -> float:
+            if group_id in self._completed:
+                return self._completed[group_id]
+            taken = self._taken_at[group_id]
+            # A member that has not taken the group is still in an earlier one (buffers are in
+            # id order), so the recursion runs down the ids and ends.
+            return max(taken[m] if m in taken else arrival(m) for m in self._members[group_id])
+
+        def arrival(w: int) -> float:
+            if w not in memo:
+                group_id = self._current[w]
+                expected = now if group_id is None else completion(group_id) + work
+                memo[w] = expected if expected >= now - work / 4 else float("inf")
+            return memo[w]
+
+        return {w: arrival(w) for w in range(self.workers)}
+
+    def _arrival_classes(self) -> dict[int, float]:
+        """Expected arrivals coarsened to quarters of a work time from now, so that workers
+        expected at about the same time stay in the shuffle's random order (groups keep
+        mixing instead of pinning the same pairs); late workers last."""
+        now = self._now
+        work = statistics.median(self._work) if self._work else 0.0
+        expected = self.expected_arrivals(now)
+        if work <= 0:
+            return expected
+        return {w: t if t == float("inf") else (t - now) // (work / 4)
+                for w, t in expected.items()}
+
     def _generate(self, requester: int) -> None:
         others = self.eligible(requester)
         self._rng.shuffle(others)
+        if self.arrival_order and self._now is not None:
+            # The requester waits from now for its partners: give it those expected to ask
+            # soonest; then the division pairs workers expected to ask at about the same time.
+            # Late workers (past their expected time, likely slowed) go last. Stable sorts keep
+            # the shuffle's order among equals.
+            others.sort(key=self._arrival_classes().__getitem__)
         group, rest = self._fill([requester], others)
         self._add(group)
         if self.group_division:

@@ -44,7 +44,8 @@ class GroupGeneratorServicer(pb_grpc.GroupGeneratorServicer):
     def GetGroup(self, request, context):
         try:
             with self._lock:
-                group = self.generator.request(request.worker)
+                # The server's own clock times every request (arrival_order needs one clock).
+                group = self.generator.request(request.worker, time.monotonic())
         except ValueError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if group is None:

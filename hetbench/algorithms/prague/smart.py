@@ -1,6 +1,8 @@
 """prague-smart: groups from the smart Group Generator, a gRPC service in its own process.
 
-Random groups of `group_size`, Group Division, Group Buffer and the threshold rule (generator.py).
+Random groups of `group_size`, Group Division, Group Buffer and the threshold rule (generator.py),
+and (`arrival_order`, on by default; hetbench's addition) members chosen by when the server expects
+them to ask next, so that a group's members arrive together.
 Defaults (pairs, delta_c 2, at most one queued group per worker) are the ones that tolerate random
 stragglers best in bench sim and in real 16-worker runs (docs/bench-prague.md, "Defaults"): every
 member of a group waits for its slowest, and a group is committed before anyone knows who will be
@@ -32,6 +34,8 @@ class PragueSmartOptions(PragueOptions):
     group_buffer: bool = opt(True, "queue groups for busy workers (else only idle ones join)")
     buffer_limit: int = opt(1, "most groups queued per worker (0 = unbounded); a worker with a "
                                "full buffer is left out of new groups")
+    arrival_order: bool = opt(True, "group workers expected to ask at about the same time "
+                                    "(from their request times), late ones last")
 
     def __post_init__(self):
         super().__post_init__()
@@ -97,4 +101,5 @@ class PragueSmart(_GeneratedGroups):
     def generator_spec(cls, config, workers):
         return {"group_size": config.group_size, "delta_c": config.delta_c,
                 "group_division": config.group_division, "group_buffer": config.group_buffer,
-                "buffer_limit": config.buffer_limit or None}
+                "buffer_limit": config.buffer_limit or None,
+                "arrival_order": config.arrival_order}
