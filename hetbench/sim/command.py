@@ -23,8 +23,15 @@ from hetbench.errors import UserError
                    "the allreduce runs under --fit-from.")
 @click.option("--beta-gbps", type=float, default=10.0, show_default=True,
               help="Network bandwidth per link (Gbit/s).")
-@click.option("--group-setup-ms", type=float, default=0.0, show_default=True,
-              help="Cost of building a P-Reduce member communicator on a cache miss (ms).")
+@click.option("--group-setup-ms", type=float,
+              help="Cost of building a P-Reduce member communicator on a cache miss (ms); "
+                   "default 0, or fitted from the prague-smart/random runs under --fit-from.")
+@click.option("--cpu-us", type=float,
+              help="CPU time a process spends per message (microseconds); default 0, or "
+                   "fitted with alpha from the allreduce runs under --fit-from.")
+@click.option("--cores", type=int,
+              help="Cores that all simulated processes share (CPU sharing); default: a core "
+                   "per process, or the cpu_count of the real runs under --fit-from/--against.")
 @click.option("--compute-ms", type=float,
               help="Compute time per iteration (ms); default: pace_ms, or compute_ms of an "
                    "emulated-compute workload.")
@@ -36,8 +43,8 @@ from hetbench.errors import UserError
                    "configs; the matrix is not used) and print simulated vs measured.")
 @click.option("--dry-run", is_flag=True, help="List the runs the matrix expands to, run nothing.")
 def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
-            pace_ms, out, alpha_us, beta_gbps, group_setup_ms, compute_ms, fit_from, against,
-            dry_run) -> None:
+            pace_ms, out, alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, compute_ms,
+            fit_from, against, dry_run) -> None:
     """Simulate a matrix (discrete events) and write results that `bench report` reads."""
     from hetbench.harness.matrix import check_writable, from_file_and_flags
 
@@ -46,8 +53,10 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
     if against is not None:
         if matrix_file is not None:
             raise UserError("--against replays the real runs' own configs; drop the matrix file")
-        models = _models(alpha_us, beta_gbps, group_setup_ms, compute_ms, fit_from)
-        _against(against, models, out or Path("results") / "sim" / "against")
+        models = _models(alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, compute_ms,
+                         fit_from)
+        _against(against, models, out or Path("results") / "sim" / "against",
+                 own_cores=cores is None)
         return
     spec, configs = from_file_and_flags(
         matrix_file, algorithms=algorithms, workloads=workloads, workers=workers,
@@ -57,7 +66,7 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         for config in configs:
             click.echo(f"{config.run_id}  {config.label()}")
         return
-    models = _models(alpha_us, beta_gbps, group_setup_ms, compute_ms, fit_from)
+    models = _models(alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, compute_ms, fit_from)
     from hetbench.sim.protocols import PROTOCOLS
 
     for config in configs:  # what cannot be simulated fails before anything runs
@@ -69,9 +78,15 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
     _simulate_all(configs, models, out_dir)
 
 
-def _models(alpha_us, beta_gbps, group_setup_ms, compute_ms, fit_from):
+def _models(alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, compute_ms, fit_from):
     """The cost models the flags ask for (fitting from real runs where asked)."""
-    from hetbench.sim.model import ComputeModel, NetworkModel, SimModels, fit_alpha, fit_compute
+    from hetbench.sim.model import (
+        ComputeModel,
+        NetworkModel,
+        SimModels,
+        fit_compute,
+        fit_latency,
+    )
 
     if alpha_us is not None and alpha_us < 0:
         raise UserError(f"--alpha-us must be >= 0, got {alpha_us:g}")
@@ -79,32 +94,52 @@ def _models(alpha_us, beta_gbps, group_setup_ms, compute_ms, fit_from):
         raise UserError(f"--beta-gbps must be > 0, got {beta_gbps:g}")
     if compute_ms is not None and compute_ms < 0:
         raise UserError(f"--compute-ms must be >= 0, got {compute_ms:g}")
-    if group_setup_ms < 0:
+    if group_setup_ms is not None and group_setup_ms < 0:
         raise UserError(f"--group-setup-ms must be >= 0, got {group_setup_ms:g}")
+    if cpu_us is not None and cpu_us < 0:
+        raise UserError(f"--cpu-us must be >= 0, got {cpu_us:g}")
+    if cores is not None and cores < 1:
+        raise UserError(f"--cores must be >= 1, got {cores}")
     beta = beta_gbps * 1e9 / 8
     if fit_from is not None:
         compute = fit_compute(fit_from)
-        if alpha_us is None:
-            fitted = fit_alpha(fit_from, beta)
-            if fitted is not None:
-                alpha_us = fitted * 1e6
-                click.echo(f"alpha fitted from the allreduce runs in {fit_from}: "
-                           f"{alpha_us:.1f} us")
+        fit = fit_latency(fit_from, beta)
+        if fit is not None:
+            if cores is None:
+                cores = fit.cores
+            if alpha_us is None and cpu_us is None:
+                alpha_us, cpu_us = fit.alpha_s * 1e6, fit.cpu_s * 1e6
+                click.echo(f"fitted from the {fit.runs} allreduce run(s) without slowdown in "
+                           f"{fit_from}: alpha {alpha_us:.1f} us, CPU per message "
+                           f"{cpu_us:.1f} us on {fit.cores or 'their own'} cores")
+            elif alpha_us is None:
+                from hetbench.sim.model import fit_alpha
+
+                alpha_us = fit_alpha(fit_from, beta) * 1e6
+        if group_setup_ms is None:
+            from hetbench.sim.model import fit_group_setup
+
+            setup = fit_group_setup(fit_from)
+            if setup is not None:
+                group_setup_ms = setup * 1e3
+                click.echo(f"P-Reduce communicator set-up fitted from the prague-smart/random "
+                           f"runs in {fit_from}: {group_setup_ms:.2f} ms per cache miss")
     else:
         compute = ComputeModel(constant_s=None if compute_ms is None else compute_ms / 1000)
     network = NetworkModel(alpha_s=(20.0 if alpha_us is None else alpha_us) * 1e-6,
-                           beta_bytes_per_s=beta, group_setup_s=group_setup_ms / 1000)
+                           beta_bytes_per_s=beta, group_setup_s=(group_setup_ms or 0.0) / 1000,
+                           cpu_s=(cpu_us or 0.0) * 1e-6, cores=cores)
     return SimModels(network, compute)
 
 
-def _against(real_dir: Path, models, out_dir: Path) -> None:
+def _against(real_dir: Path, models, out_dir: Path, own_cores: bool = True) -> None:
     from hetbench.harness.matrix import check_writable
     from hetbench.sim.validate import compare_with_real, markdown
 
     if not Path(real_dir).is_dir():
         raise UserError(f"--against {real_dir}: no such directory")
     check_writable(out_dir)
-    rows = compare_with_real(real_dir, models, out_dir)
+    rows = compare_with_real(real_dir, models, out_dir, own_cores=own_cores)
     if not rows:
         raise UserError(f"--against {real_dir}: no finished real runs there")
     click.echo(markdown(rows))

@@ -56,6 +56,8 @@ class Engine:
         self._slowdown = [0.0] * self.n
         self.finished = [False] * self.n
         self.events = 0
+        #: Processes in a synchronization step now (CPU sharing: NetworkModel.share).
+        self.active = 0
         # A wall-clock budget under a synchronous algorithm is agreed by a 1-element all-reduce
         # at the top of every iteration, as the real worker loop does.
         self._agree = config.seconds is not None and config.algorithm_class().synchronous
@@ -63,6 +65,7 @@ class Engine:
         from hetbench.sim.protocols import protocol_for
 
         self.protocol = protocol_for(self)
+        self.active = self.protocol.servers  # a server process is always in its loop
 
     # -- the event loop ----------------------------------------------------------------------
     def at(self, t: float, fn: Callable, *args) -> None:
@@ -117,7 +120,11 @@ class Engine:
         self._slowdown[w] = slow
         t_sync = t + compute + slow
         self.t_sync[w] = t_sync
-        self.at(t_sync + self.protocol.ready_delay, self.protocol.ready, w)
+        self.at(t_sync + self.protocol.ready_delay, self._ready, w)
+
+    def _ready(self, w: int) -> None:
+        self.active += 1
+        self.protocol.ready(w)
 
     def end_step(self, w: int, t_end: float, wait_s: float, fields: dict | None = None,
                  next_iteration: int | None = None) -> None:
@@ -129,6 +136,7 @@ class Engine:
 
     def _end(self, w: int, t_end: float, wait_s: float, fields: dict | None,
              next_iteration: int | None) -> None:
+        self.active -= 1
         k = self.iteration[w]
         step_s = t_end - self.t_sync[w]
         wait_s = min(max(wait_s, 0.0), step_s)

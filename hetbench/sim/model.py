@@ -1,4 +1,5 @@
-"""The simulator's cost models: compute time per iteration, and alpha + bytes/beta per message."""
+"""The simulator's cost models: compute time per iteration, and per message alpha + bytes/beta
+plus the CPU time the message costs its process, stretched when processes share too few cores."""
 
 from __future__ import annotations
 
@@ -20,7 +21,15 @@ ELEMENT_BYTES = 4
 
 @dataclass(frozen=True)
 class NetworkModel:
-    """Every message costs alpha + bytes/beta; links are independent (no shared switch)."""
+    """A message costs alpha + bytes/beta on its own link (no shared switch), plus cpu_s of its
+    process's CPU time, stretched by processor sharing when processes share `cores` cores.
+
+    CPU sharing: a message also needs its process on a core (the transport's system calls,
+    copies, the wake-up of the blocked receiver). With `cores` set, every simulated process
+    shares those cores, and a message sent while `active` processes are in their
+    synchronization step costs cpu_s * max(1, active / cores): processor sharing among the
+    processes that compete for the CPU at that moment. cores None: each process has its own.
+    """
 
     #: Latency per message, seconds.
     alpha_s: float = 20e-6
@@ -28,6 +37,10 @@ class NetworkModel:
     beta_bytes_per_s: float = 10e9 / 8
     #: Seconds to build a P-Reduce member communicator (a member-set cache miss).
     group_setup_s: float = 0.0
+    #: CPU seconds a process spends on one message (software path and wake-up), unshared.
+    cpu_s: float = 0.0
+    #: Cores all simulated processes share (one machine); None: a core per process.
+    cores: int | None = None
 
     def __post_init__(self):
         if self.alpha_s < 0 or not math.isfinite(self.alpha_s):
@@ -36,20 +49,37 @@ class NetworkModel:
             raise UserError("network bandwidth must be > 0 Gbit/s")
         if self.group_setup_s < 0:
             raise UserError(f"group set-up time must be >= 0, got {self.group_setup_s:g} s")
+        if self.cpu_s < 0 or not math.isfinite(self.cpu_s):
+            raise UserError(f"CPU time per message must be >= 0, got {self.cpu_s * 1e6:g} us")
+        if self.cores is not None and self.cores < 1:
+            raise UserError(f"cores must be >= 1, got {self.cores}")
 
-    def message(self, nbytes: float) -> float:
-        """One point-to-point message."""
-        return self.alpha_s + nbytes / self.beta_bytes_per_s
+    def share(self, active: int) -> float:
+        """How much longer CPU work takes with `active` processes competing for the cores."""
+        if self.cores is None or active <= self.cores:
+            return 1.0
+        return active / self.cores
 
-    def ring_allreduce(self, nbytes: float, n: int) -> float:
-        """Ring all-reduce of nbytes over n ranks: 2(n-1)/n * bytes/beta + 2(n-1) alpha."""
+    def hop(self, active: int = 1) -> float:
+        """The per-message fixed cost: alpha plus the (shared) CPU time of the message."""
+        return self.alpha_s + self.cpu_s * self.share(active)
+
+    def message(self, nbytes: float, active: int = 1) -> float:
+        """One point-to-point message sent while `active` processes compete for the CPU."""
+        return self.hop(active) + nbytes / self.beta_bytes_per_s
+
+    def ring_allreduce(self, nbytes: float, n: int, active: int | None = None) -> float:
+        """Ring all-reduce of nbytes over n ranks: 2(n-1)/n * bytes/beta + 2(n-1) hops, each
+        alpha + cpu_s * share(active); `active` (default n) is how many processes compete for
+        the CPU meanwhile."""
         if n < 2:
             return 0.0
-        return 2 * (n - 1) / n * nbytes / self.beta_bytes_per_s + 2 * (n - 1) * self.alpha_s
+        hop = self.hop(n if active is None else active)
+        return 2 * (n - 1) / n * nbytes / self.beta_bytes_per_s + 2 * (n - 1) * hop
 
-    def p_reduce(self, nbytes: float, members: int) -> float:
+    def p_reduce(self, nbytes: float, members: int, active: int | None = None) -> float:
         """P-Reduce over a group: the ring all-reduce formula over its members (0 alone)."""
-        return self.ring_allreduce(nbytes, members)
+        return self.ring_allreduce(nbytes, members, active)
 
 
 @dataclass(frozen=True)
@@ -175,6 +205,8 @@ class SimModels:
             "alpha_us": self.network.alpha_s * 1e6,
             "beta_gbps": self.network.beta_bytes_per_s * 8 / 1e9,
             "group_setup_ms": self.network.group_setup_s * 1e3,
+            "cpu_per_message_us": self.network.cpu_s * 1e6,
+            "cores": self.network.cores,
             "compute_ms": self.compute.seconds(config) * 1e3,
             "compute_model": self.compute.describe(config),
             "model_bytes": layout(config).model_bytes,
@@ -186,7 +218,10 @@ def fit_compute(results_dir: Path) -> ComputeModel:
 
     A real iteration's compute is compute_s plus the part of slowdown_s that was not injected
     (the sleep overshoot), so an iteration counts only where the run's injector, rebuilt from
-    its config, says the factor was 1; that time is compute_s + slowdown_s.
+    its config, says the factor was 1. The worker loop's own time between two steps (writing
+    the event line, the stop check: t_start less the previous t_end) belongs to the iteration
+    too, as the simulator starts the next compute when a step ends; so a sample is that gap +
+    compute_s + slowdown_s, i.e. the previous step's end to this one's start.
     """
     from hetbench.harness.store import read_json, read_jsonl
     from hetbench.reports.load import run_dirs
@@ -216,9 +251,11 @@ def fit_compute(results_dir: Path) -> ComputeModel:
             if not events:
                 continue
             t0 = events[0]["t_start"]
-            for e in events[warmup:]:
+            for before, e in zip(events[max(warmup, 1) - 1:], events[max(warmup, 1):],
+                                 strict=False):
                 if injector.factor(rank, e["iteration"], (e["t_start"] - t0) / 1e9) == 1.0:
-                    samples.setdefault(key, []).append(e["compute_s"] + e["slowdown_s"])
+                    gap = max(e["t_start"] - before["t_end"], 0) / 1e9
+                    samples.setdefault(key, []).append(gap + e["compute_s"] + e["slowdown_s"])
     if not samples:
         raise UserError(f"--fit-from {results_dir}: no finished real runs with events there")
     return ComputeModel(fitted={k: tuple(sorted(v)) for k, v in samples.items()},
@@ -226,17 +263,23 @@ def fit_compute(results_dir: Path) -> ComputeModel:
 
 
 def fit_alpha(results_dir: Path, beta_bytes_per_s: float) -> float | None:
-    """Per-message latency that makes the ring all-reduce formula match real allreduce runs.
+    """Per-message latency that makes the ring all-reduce formula match real allreduce runs
+    (no CPU term): the median over runs of `allreduce_hops`' per-hop cost; None if none."""
+    hops = allreduce_hops(results_dir, beta_bytes_per_s)
+    return statistics.median(h for _, _, h in hops) if hops else None
 
-    From every finished real allreduce run without slowdown under `results_dir`: the median
-    post-warm-up comm_s (real allreduce counts waiting for a late peer as communication, so
-    only unslowed runs and the median are used), less the bandwidth term, over the formula's
-    2(n-1) latencies per bucket. The median over runs; None if there is no such run.
+
+def allreduce_hops(results_dir: Path, beta_bytes_per_s: float) -> list[tuple[int, int, float]]:
+    """(workers, cores, seconds per hop) of every finished real allreduce run without slowdown.
+
+    A run's hop cost: its median post-warm-up comm_s (real allreduce counts waiting for a late
+    peer as communication, so only unslowed runs and the median are used), less the bandwidth
+    term, over the ring formula's 2(n-1) hops per bucket. cores: env.json's cpu_count.
     """
     from hetbench.harness.store import read_json, read_jsonl
     from hetbench.reports.load import run_dirs
 
-    estimates = []
+    hops = []
     for run_dir in run_dirs(Path(results_dir)):
         try:
             raw = read_json(run_dir / "config.json")
@@ -255,6 +298,115 @@ def fit_alpha(results_dir: Path, beta_bytes_per_s: float) -> float | None:
             continue
         buckets = layout(config).bucket_bytes
         bandwidth = sum(2 * (n - 1) / n * b / beta_bytes_per_s for b in buckets)
-        estimates.append(max(statistics.median(comm) - bandwidth, 0.0)
-                         / (2 * (n - 1) * len(buckets)))
+        hops.append((n, run_cores(run_dir) or 1,
+                     max(statistics.median(comm) - bandwidth, 0.0)
+                     / (2 * (n - 1) * len(buckets))))
+    return hops
+
+
+def run_cores(run_dir: Path) -> int | None:
+    """The cpu_count a real run's env.json records (None if it does not)."""
+    from hetbench.harness.store import read_json
+
+    try:
+        cores = read_json(Path(run_dir) / "env.json").get("cpu_count")
+    except (OSError, ValueError):
+        return None
+    return cores if isinstance(cores, int) and cores >= 1 else None
+
+
+@dataclass(frozen=True)
+class LatencyFit:
+    """alpha and cpu_s fitted from real allreduce runs, and the cores they shared."""
+
+    alpha_s: float
+    cpu_s: float
+    cores: int | None
+    runs: int
+
+
+def fit_latency(results_dir: Path, beta_bytes_per_s: float) -> LatencyFit | None:
+    """alpha and the CPU time per message from real allreduce runs at several worker counts.
+
+    All of an all-reduce's n processes are in the collective at once, so each of its hops costs
+    alpha + cpu_s * max(1, n / cores) (NetworkModel.hop with active = n). A least-squares line
+    through the runs' (max(1, n / cores), hop cost) points gives alpha (intercept) and cpu_s
+    (slope), both kept >= 0. With one sharing level only (e.g. one worker count) the two cannot
+    be told apart: cpu_s = 0 and alpha is the median hop. None without such runs.
+    """
+    hops = allreduce_hops(results_dir, beta_bytes_per_s)
+    if not hops:
+        return None
+    cores = sorted({c for _, c, _ in hops})
+    machine = cores[0] if len(cores) == 1 else None
+    xs = [max(1.0, n / c) for n, c, _ in hops]
+    ys = [h for _, _, h in hops]
+    if len(set(xs)) < 2:
+        return LatencyFit(statistics.median(ys), 0.0, machine, len(hops))
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = (sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+             / sum((x - mx) ** 2 for x in xs))
+    intercept = my - slope * mx
+    if slope < 0:
+        slope, intercept = 0.0, my
+    elif intercept < 0:  # through the origin
+        slope, intercept = sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(
+            x * x for x in xs), 0.0
+    return LatencyFit(intercept, slope, machine, len(hops))
+
+
+def fit_group_setup(results_dir: Path) -> float | None:
+    """Seconds to build a P-Reduce member communicator, from real prague-smart/random runs.
+
+    Their events name each step's group (members, group_id) but not whether its communicator
+    was built or found: the members' LRU caches of `cache_size` member sets are replayed over
+    the groups in the order they were used (their first end), as the simulator keeps them (a
+    use is a miss when any member lacks the set). A run's estimate: the median post-warm-up
+    comm_s of misses less that of hits; the median over runs with at least 3 misses and 3
+    hits. None without such runs.
+    """
+    from collections import OrderedDict
+
+    from hetbench.harness.store import read_json, read_jsonl
+    from hetbench.reports.load import run_dirs
+
+    estimates = []
+    for run_dir in run_dirs(Path(results_dir)):
+        try:
+            raw = read_json(run_dir / "config.json")
+            summary = read_json(run_dir / "summary.json")
+        except (OSError, ValueError):
+            continue
+        if (raw.get("algorithm") not in ("prague-smart", "prague-random")
+                or summary.get("status") != "ok" or summary.get("simulated")):
+            continue
+        config = RunConfig.from_dict(raw)
+        cache_size = config.algorithm_config().cache_size
+        events = [read_jsonl(run_dir / f"events.rank{r}.jsonl")[0]
+                  for r in range(config.workers)]
+        first_end: dict[int, tuple[int, tuple[int, ...]]] = {}
+        for rank_events in events:
+            for e in rank_events:
+                if "group_id" not in e or len(e.get("group", ())) < 2:
+                    continue
+                members = tuple(sorted(e["group"]))
+                seen = first_end.get(e["group_id"])
+                if seen is None or e["t_end"] < seen[0]:
+                    first_end[e["group_id"]] = (e["t_end"], members)
+        caches = [OrderedDict() for _ in range(config.workers)]
+        missed = {}
+        for group_id, (_, members) in sorted(first_end.items(), key=lambda kv: kv[1][0]):
+            missed[group_id] = not all(members in caches[x] for x in members)
+            for x in members:
+                caches[x][members] = True
+                caches[x].move_to_end(members)
+                if len(caches[x]) > cache_size:
+                    caches[x].popitem(last=False)
+        hits, misses = [], []
+        for rank_events in events:
+            for e in rank_events[config.warmup_iterations:]:
+                if e.get("group_id") in missed:
+                    (misses if missed[e["group_id"]] else hits).append(e["comm_s"])
+        if len(misses) >= 3 and len(hits) >= 3:
+            estimates.append(max(statistics.median(misses) - statistics.median(hits), 0.0))
     return statistics.median(estimates) if estimates else None

@@ -24,6 +24,8 @@ class Protocol:
 
     #: Seconds after the gradient is ready at which `ready` runs (e.g. a request's flight time).
     ready_delay = 0.0
+    #: Server processes beside the workers, always competing for the CPU (CPU sharing).
+    servers = 0
 
     def __init__(self, engine: Engine):
         self.eng = engine
@@ -51,7 +53,7 @@ class AllReduceSim(Protocol):
 
     def __init__(self, engine):
         super().__init__(engine)
-        self.cost = sum(self.net.ring_allreduce(b, self.n) for b in engine.layout.bucket_bytes)
+        self.buckets = engine.layout.bucket_bytes
         self.arrived: list[int] = []
 
     def ready(self, w):
@@ -59,8 +61,10 @@ class AllReduceSim(Protocol):
         if len(self.arrived) < self.n:
             return
         start = self.eng.now  # events run in time order: the last arrival is now
+        active = self.eng.active
+        cost = sum(self.net.ring_allreduce(b, self.n, active) for b in self.buckets)
         for x in self.arrived:
-            self.eng.end_step(x, start + self.cost, start - self.eng.t_sync[x])
+            self.eng.end_step(x, start + cost, start - self.eng.t_sync[x])
         self.arrived = []
 
 
@@ -68,8 +72,11 @@ class PSSyncSim(Protocol):
     """Gradients share the server's link in arrival order; parameters go back one by one.
 
     The server posts every receive (and later every send) at once, so the messages' latencies
-    overlap and only their bytes queue on its link: n gradients cost alpha + n * bytes/beta.
+    (alpha and CPU time alike: the transport serves them concurrently) overlap and only their
+    bytes queue on its link: n gradients cost one hop + n * bytes/beta.
     """
+
+    servers = 1
 
     def __init__(self, engine):
         super().__init__(engine)
@@ -83,13 +90,13 @@ class PSSyncSim(Protocol):
         self.arrived.append(w)
         if len(self.arrived) < self.n:
             return
-        t_sync, alpha = self.eng.t_sync, self.net.alpha_s
+        t_sync, hop = self.eng.t_sync, self.net.hop(self.eng.active)
         free = 0.0
         for x in self.arrived:  # arrival order
-            free = max(free, t_sync[x] + alpha) + self.push
+            free = max(free, t_sync[x] + hop) + self.push
         for i, x in enumerate(sorted(self.arrived)):  # the server sends to workers 0..n-1
-            end = free + alpha + (i + 1) * self.pull
-            own = 2 * alpha + self.push + self.pull
+            end = free + hop + (i + 1) * self.pull
+            own = 2 * hop + self.push + self.pull
             self.eng.end_step(x, end, end - t_sync[x] - own)
         self.arrived = []
 
@@ -97,16 +104,18 @@ class PSSyncSim(Protocol):
 class PSAsyncSim(Protocol):
     """The server takes one gradient at a time, in arrival order, and answers its sender."""
 
+    servers = 1
+
     def __init__(self, engine):
         super().__init__(engine)
-        self.push = self.net.message(self.model_bytes + 4)
-        self.pull = self.net.message(self.model_bytes)
         self.server_free = 0.0
 
     def ready(self, w):
         t = self.eng.now
         start = max(self.server_free, t)
-        self.server_free = start + self.push + self.pull
+        active = self.eng.active
+        self.server_free = (start + self.net.message(self.model_bytes + 4, active)
+                            + self.net.message(self.model_bytes, active))
         self.eng.end_step(w, self.server_free, start - t)
 
 
@@ -118,7 +127,6 @@ class DPSGDSim(Protocol):
         from hetbench.algorithms.dpsgd import gossip_graph
 
         self.graph = gossip_graph(self.config, self.n)
-        self.msg = self.net.message(self.model_bytes)
         #: ready_at[w][k]: when w's k-th gradient was ready (its k-th model sent).
         self.ready_at: list[list[float]] = [[] for _ in range(self.n)]
         self.waiting = [False] * self.n
@@ -139,7 +147,12 @@ class DPSGDSim(Protocol):
         latest = max(ready_at[j][k] for j in self.graph[x])
         mine = ready_at[x][k]
         self.waiting[x] = False
-        self.eng.end_step(x, max(latest, mine) + self.msg, latest - mine)
+        # x sends to and receives from each of its d neighbours: d hops' worth of CPU time
+        # (a ring all-reduce hop is one send and one receive per process), one alpha.
+        net = self.net
+        exchange = (net.alpha_s + self.model_bytes / net.beta_bytes_per_s
+                    + len(self.graph[x]) * net.cpu_s * net.share(self.eng.active))
+        self.eng.end_step(x, max(latest, mine) + exchange, latest - mine)
 
 
 class ADPSGDSim(Protocol):
@@ -157,8 +170,6 @@ class ADPSGDSim(Protocol):
         seed = engine.config.seed
         # The same per-rank generator a real worker draws its peers from (WorkerContext.rng).
         self.rng = {w: np.random.default_rng([seed, w, 17]) for w in active}
-        self.request = self.net.message(self.model_bytes + 4)
-        self.reply = self.net.message(self.model_bytes)
         self.server_free = [0.0] * self.n
         self.served = [0] * self.n
 
@@ -171,7 +182,9 @@ class ADPSGDSim(Protocol):
         peers = self.graph[w]
         peer = int(peers[self.rng[w].integers(len(peers))])
         start = max(self.server_free[peer], t)
-        end = start + self.request + self.reply
+        active = self.eng.active
+        end = (start + self.net.message(self.model_bytes + 4, active)
+               + self.net.message(self.model_bytes, active))
         self.server_free[peer] = end
         self.served[peer] += 1
         self.eng.end_step(w, end, start - t, {"peer": peer})
@@ -207,7 +220,7 @@ class _Meetings:
         del self.open[key]
         net = self.p.net
         start = max(a[1] for a in arrivals)
-        end = start + net.p_reduce(self.p.model_bytes, len(members))
+        end = start + net.p_reduce(self.p.model_bytes, len(members), self.p.eng.active)
         if not all(members in self.caches[x] for x in members):
             self.misses += 1
             end += net.group_setup_s
@@ -312,7 +325,7 @@ class PragueGeneratedSim(Protocol):
         self._fields: dict[int, str] = {}
 
     def ready(self, w):
-        group = self.gg.request(w)
+        group = self.gg.request(w, self.eng.now + self.rpc)
         fields = self._fields.get(group.id)
         if fields is None:
             fields = self._fields[group.id] = encode_fields(
@@ -359,7 +372,7 @@ class HopSim(Protocol):
         from hetbench.algorithms.dpsgd import gossip_graph
 
         self.graph = gossip_graph(self.config, self.n)
-        self.msg = self.net.message(self.model_bytes + hop.HEADER * 4)
+        self.msg_bytes = self.model_bytes + hop.HEADER * 4
         c = self.config
         self.b, self.s, self.gap = c.backup_workers, c.staleness, c.max_iteration_gap
         self.skip, self.skip_threshold = c.skip, c.skip_threshold
@@ -373,8 +386,9 @@ class HopSim(Protocol):
 
     # -- messages ----------------------------------------------------------------------------
     def _send(self, w: int, kind: int, lo: int, hi: int, entered: int) -> None:
+        arrive = self.eng.now + self.net.message(self.msg_bytes, self.eng.active)
         for j in self.graph[w]:
-            self.eng.at(self.eng.now + self.msg, self._deliver, w, j, kind, lo, hi, entered)
+            self.eng.at(arrive, self._deliver, w, j, kind, lo, hi, entered)
 
     def _deliver(self, src, dst, kind, lo, hi, entered):
         if kind is None:  # DONE

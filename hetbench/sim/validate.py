@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +12,15 @@ from hetbench.sim.engine import simulate
 from hetbench.sim.model import SimModels
 
 
-def compare_with_real(real_dir: Path, models: SimModels, out_dir: Path) -> list[dict[str, Any]]:
-    """One row per ok real run under `real_dir`: its throughput, the simulated one, the error."""
+def compare_with_real(real_dir: Path, models: SimModels, out_dir: Path,
+                      own_cores: bool = True) -> list[dict[str, Any]]:
+    """One row per ok real run under `real_dir`: its throughput, the simulated one, the error.
+
+    own_cores: each run is played on as many shared cores as its env.json's cpu_count (the
+    machine it was measured on), not the models' `cores`.
+    """
     from hetbench.reports.load import run_dirs
+    from hetbench.sim.model import run_cores
 
     rows = []
     for run_dir in run_dirs(Path(real_dir)):
@@ -24,7 +31,11 @@ def compare_with_real(real_dir: Path, models: SimModels, out_dir: Path) -> list[
             continue
         if summary.get("status") != "ok" or summary.get("simulated"):
             continue
-        simulated = simulate(config, models, out_dir).summary
+        run_models = models
+        if own_cores and models.network.cpu_s > 0:
+            cores = run_cores(run_dir)
+            run_models = replace(models, network=replace(models.network, cores=cores))
+        simulated = simulate(config, run_models, out_dir).summary
         measured = summary["throughput"]
         rows.append({
             "algorithm": config.algorithm, "workers": config.workers,

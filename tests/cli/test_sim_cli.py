@@ -20,7 +20,7 @@ def test_sim_then_report_and_compare(tmp_path, bench):
     matrix.write_text(MATRIX)
     out = tmp_path / "sim"
     result = bench("sim", str(matrix), "--workers", "4,8", "--alpha-us", "500",
-                   "--out", str(out))
+                   "--cpu-us", "200", "--cores", "2", "--out", str(out))
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("sim  ") == 12
     assert "predicted throughput vs allreduce" in result.stdout
@@ -29,6 +29,7 @@ def test_sim_then_report_and_compare(tmp_path, bench):
     summary = json.loads((runs[0] / "summary.json").read_text())
     assert summary["simulated"] is True and summary["status"] == "ok"
     assert summary["sim"]["alpha_us"] == 500
+    assert abs(summary["sim"]["cpu_per_message_us"] - 200) < 1e-9 and summary["sim"]["cores"] == 2
 
     report = bench("report", str(out))
     assert report.returncode == 0, report.stderr
@@ -55,6 +56,10 @@ def test_sim_bad_input_is_one_line_and_exit_2(tmp_path, bench):
         ("--against", str(tmp_path / "missing"), "--compute-ms", "10"),
         ("--algorithms", "local-sgd", "--workloads", "mlp-digits", "--workers", "4",
          "--pace-ms", "20"),
+        ("--algorithms", "allreduce", "--workloads", "mlp-digits", "--workers", "4",
+         "--pace-ms", "20", "--cores", "0"),
+        ("--algorithms", "allreduce", "--workloads", "mlp-digits", "--workers", "4",
+         "--pace-ms", "20", "--cpu-us", "-1"),
     ]
     for args in cases:
         result = bench("sim", *args, "--out", str(tmp_path / "o"))

@@ -6,6 +6,7 @@ import json
 import math
 import statistics
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,8 @@ from hetbench.sim.model import (
     SimModels,
     fit_alpha,
     fit_compute,
+    fit_group_setup,
+    fit_latency,
     layout,
 )
 from hetbench.slowdown import parse_slowdown
@@ -298,3 +301,116 @@ def test_fitted_compute_jitter_makes_synchronous_workers_wait(tmp_path):
     assert summary["wait_s"] > 0 and constant["wait_s"] == 0
     cost = sum(NET.ring_allreduce(b, 8) for b in layout(config()).bucket_bytes)
     assert summary["throughput"] < 8 * 32 / (0.021 + cost)
+
+
+def test_cpu_sharing_stretches_only_the_cpu_part_of_a_hop():
+    net = NetworkModel(alpha_s=1e-3, beta_bytes_per_s=1e9, cpu_s=5e-4, cores=2)
+    assert net.share(1) == net.share(2) == 1.0
+    assert net.share(8) == 4.0
+    assert net.hop(2) == pytest.approx(1e-3 + 5e-4)
+    assert net.hop(8) == pytest.approx(1e-3 + 4 * 5e-4)
+    assert net.message(1000, 6) == pytest.approx(1e-3 + 3 * 5e-4 + 1e-6)
+    # An all-reduce of n keeps all n processes busy: 2(n-1) hops at share n / cores.
+    assert net.ring_allreduce(8e6, 8) == pytest.approx(2 * 7 / 8 * 8e-3 + 14 * (1e-3 + 2e-3))
+    assert net.ring_allreduce(8e6, 4, active=16) == pytest.approx(
+        2 * 3 / 4 * 8e-3 + 6 * (1e-3 + 8 * 5e-4))
+    own = NetworkModel(alpha_s=1e-3, beta_bytes_per_s=1e9, cpu_s=5e-4)  # a core each
+    assert own.hop(64) == pytest.approx(1.5e-3)
+    with pytest.raises(UserError, match="cores"):
+        NetworkModel(cores=0)
+    with pytest.raises(UserError, match="CPU"):
+        NetworkModel(cpu_s=-1.0)
+
+
+def test_allreduce_on_shared_cores_pays_the_shared_cpu_per_hop(tmp_path):
+    shared = SimModels(NetworkModel(alpha_s=1e-3, beta_bytes_per_s=1e8, cpu_s=5e-4, cores=2),
+                       ComputeModel())
+    c = config(workers=8)
+    summary = simulate(c, shared, tmp_path).summary
+    per_hop = 1e-3 + 5e-4 * 8 / 2  # all 8 workers are in the collective on 2 cores
+    cost = sum(2 * 7 / 8 * b / 1e8 + 14 * per_hop for b in layout(c).bucket_bytes)
+    assert summary["throughput"] == pytest.approx(8 * 32 / (0.020 + cost), rel=1e-9)
+    assert summary["sim"]["cores"] == 2 and summary["sim"]["cpu_per_message_us"] == 500
+
+
+def test_ps_sync_pays_one_shared_hop_each_way(tmp_path):
+    net = NetworkModel(alpha_s=1e-3, beta_bytes_per_s=1e8, cpu_s=5e-4, cores=2)
+    c = config("ps-sync", workers=4)
+    summary = simulate(c, SimModels(net, ComputeModel()), tmp_path).summary
+    # 5 processes (4 workers and the server) share 2 cores: a hop is alpha + cpu_s * 5 / 2,
+    # paid once each way (the server posts all receives / sends at once). Replies leave one
+    # per pull apart, so workers arrive that far apart: a round is compute, a hop, the 4
+    # gradients' bytes, a hop, worker 0's reply.
+    hop = 1e-3 + 5e-4 * 5 / 2
+    model = layout(c).model_bytes
+    push, pull = (model + 4) / 1e8, model / 1e8
+    period = 0.020 + 2 * hop + 4 * push + pull
+    assert summary["throughput"] == pytest.approx(4 * 32 / period, rel=1e-9)
+    own = simulate(c, SimModels(replace(net, cores=None), ComputeModel()), tmp_path).summary
+    assert own["throughput"] == pytest.approx(4 * 32 / (period - 2 * 5e-4 * 1.5), rel=1e-9)
+
+
+def _as_real_runs(runs: list[Path], cores: int) -> None:
+    """Make simulated run directories look measured (for the fitting functions)."""
+    for run in runs:
+        summary = json.loads((run / "summary.json").read_text())
+        summary["simulated"] = False
+        (run / "summary.json").write_text(json.dumps(summary))
+        (run / "env.json").write_text(json.dumps({"cpu_count": cores}))
+
+
+def test_fit_latency_recovers_alpha_and_cpu_from_allreduce_at_two_sizes(tmp_path):
+    truth = SimModels(NetworkModel(alpha_s=8e-4, beta_bytes_per_s=1.25e9, cpu_s=3e-4, cores=2),
+                      ComputeModel())
+    runs = [simulate(config(workers=n), truth, tmp_path / "real").run_dir for n in (4, 8)]
+    _as_real_runs(runs, cores=2)
+    fit = fit_latency(tmp_path / "real", 1.25e9)
+    assert fit.runs == 2 and fit.cores == 2
+    assert fit.alpha_s == pytest.approx(8e-4, rel=1e-6)
+    assert fit.cpu_s == pytest.approx(3e-4, rel=1e-6)
+    # One worker count cannot separate the two: all of it is alpha.
+    one = tmp_path / "one"
+    _as_real_runs([simulate(config(workers=4), truth, one).run_dir], cores=2)
+    single = fit_latency(one, 1.25e9)
+    assert single.cpu_s == 0 and single.alpha_s == pytest.approx(8e-4 + 2 * 3e-4, rel=1e-6)
+
+
+def test_fit_compute_counts_the_loop_time_between_steps():
+    model = fit_compute(FIXTURES)
+    expected = []
+    for run in sorted(p for p in FIXTURES.iterdir() if (p / "config.json").exists()):
+        cfg = json.loads((run / "config.json").read_text())
+        summary = json.loads((run / "summary.json").read_text())
+        if (summary.get("status") != "ok" or cfg["workload"] != "mlp-digits"
+                or cfg.get("pace_ms") != 10):
+            continue
+        injector = parse_slowdown(cfg["slowdown"], cfg["seed"])
+        injector.validate(cfg["workers"])
+        for r in range(cfg["workers"]):
+            ev = read_jsonl(run / f"events.rank{r}.jsonl")[0]
+            if not ev:
+                continue
+            w = max(cfg["warmup_iterations"], 1)
+            for before, e in zip(ev[w - 1:], ev[w:], strict=False):
+                if injector.factor(r, e["iteration"], (e["t_start"] - ev[0]["t_start"]) / 1e9) \
+                        == 1.0:
+                    expected.append((e["t_start"] - before["t_end"]) / 1e9 + e["compute_s"]
+                                    + e["slowdown_s"])
+    assert expected
+    assert model.fitted[("mlp-digits", 10.0)] == pytest.approx(sorted(expected))
+    assert any(x > 0.010 for x in expected)
+
+
+def test_fit_group_setup_recovers_the_communicator_cost_from_the_groups_logged(tmp_path):
+    truth = SimModels(NetworkModel(alpha_s=1e-3, beta_bytes_per_s=1e8, group_setup_s=0.005),
+                      ComputeModel())
+    c = config("prague-smart", workers=8, slowdown="prob:5",
+               algorithm_options={"group_size": 2, "cache_size": 4})
+    run = simulate(c, truth, tmp_path / "real")
+    assert run.summary["sim"]["preduce_cache_misses"] > 10
+    assert run.summary["sim"]["preduce_cache_hits"] > 10
+    _as_real_runs([run.run_dir], cores=2)
+    # Replaying the members' caches over the logged groups tells misses from hits; their comm
+    # differs by exactly the set-up cost (a P-Reduce of 2 costs the same otherwise).
+    assert fit_group_setup(tmp_path / "real") == pytest.approx(0.005, rel=1e-6)
+    assert fit_group_setup(FIXTURES) is None  # no prague-smart run there
