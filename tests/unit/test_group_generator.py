@@ -230,23 +230,34 @@ def _play(gen, step_s, rounds):
     return waits, partners
 
 
-def test_expected_arrival_is_the_groups_completion_plus_the_median_work_time():
+def test_expected_arrival_is_the_groups_completion_plus_the_workers_own_work_time():
     gen = GroupGenerator(2, 2, arrival_order=True, seed=0)
     gen.request(0, 0.0)
     gen.request(1, 0.1)  # group 0 complete at 0.1
-    gen.request(0, 1.1)  # work 1.0
-    gen.request(1, 1.3)  # work 1.2; group 1 complete at 1.3
-    # Both next ask at 1.3 + median(1.0, 1.2) = 2.4, until a quarter of a work time has passed.
-    assert gen.expected_arrivals(1.3) == pytest.approx({0: 2.4, 1: 2.4})
-    assert gen.expected_arrivals(2.6) == pytest.approx({0: 2.4, 1: 2.4})
-    assert gen.expected_arrivals(2.7) == {0: float("inf"), 1: float("inf")}  # late
-    # 0 has asked (at 2.4) and waits in a group whose other member, 1, is now late: 0 will be
-    # late too.
-    gen.request(0, 2.4)
-    assert gen.expected_arrivals(2.8) == {0: float("inf"), 1: float("inf")}
-    gen.request(1, 2.9)  # work 1.6; group complete at 2.9
-    # Work samples 1.0, 1.2, 1.1 (0's wait counts as work: it asked 1.1 after 1.3) and 1.6.
-    assert gen.expected_arrivals(2.9) == pytest.approx({0: 4.05, 1: 4.05})
+    gen.request(0, 1.1)  # 0's work: 1.0
+    gen.request(1, 1.3)  # 1's work: 1.2; group 1 complete at 1.3
+    assert gen.expected_arrivals(1.3) == pytest.approx({0: 2.3, 1: 2.5})
+    assert gen.expected_arrivals(2.5) == pytest.approx({0: 2.3, 1: 2.5})
+    # More than a quarter of its work time past its expected time, a worker is late.
+    assert gen.expected_arrivals(2.6) == pytest.approx({0: float("inf"), 1: 2.5})
+    gen.request(0, 2.4)  # 0's work: 1.1; it now waits in a group with 1 ...
+    # ... and once 1 is late, so is 0, whose group cannot complete before 1 asks.
+    assert gen.expected_arrivals(2.9) == {0: float("inf"), 1: float("inf")}
+    gen.request(1, 2.9)  # 1's work: 1.6; group complete at 2.9
+    assert gen.expected_arrivals(2.9) == pytest.approx({0: 2.9 + 1.05, 1: 2.9 + 1.4})
+
+
+def test_arrival_order_does_not_tie_a_fast_worker_to_a_fixed_straggler():
+    # Worker 3 steps 10x slower. Its first group is drawn before anything is known about it;
+    # after that nobody on time is put with it. Without arrival_order the threshold rule can
+    # lock a fast worker that fell behind with it for the rest of the run (seed 2 here).
+    for seed in range(5):
+        gen = GroupGenerator(4, 2, delta_c=2, buffer_limit=1, arrival_order=True, seed=seed)
+        waits, _ = _play(gen, lambda w, k: 10.0 if w == 3 else 1.0, rounds=40)
+        assert max(waits[:3]) <= 10.0, (seed, waits)
+    gen = GroupGenerator(4, 2, delta_c=2, buffer_limit=1, arrival_order=False, seed=2)
+    waits, _ = _play(gen, lambda w, k: 10.0 if w == 3 else 1.0, rounds=40)
+    assert max(waits[:3]) > 100
 
 
 def test_arrival_order_pairs_workers_that_arrive_together():

@@ -33,7 +33,9 @@ each. With request times, the generator knows when each worker took its current 
 that group was complete (its last member asked), hence when each worker should ask next: that
 completion plus the median "work" time (completion to next request: P-Reduce plus compute).
 The requester gets the partners expected soonest, and the division groups workers expected at
-about the same time; a worker past its expected time (slowed, most likely) goes last. Expected
+about the same time. A worker past its expected time (slowed, most likely), or waiting in a
+group with one, is late: it is never grouped with workers on time (they would wait for it), only
+with other late ones; a requester with nobody on time eligible runs alone. Expected
 times are coarsened to quarters of a work time and ties keep the random shuffle's order, so
 groups keep mixing (strict ordering pinned the same pairs forever). Group Division, the Group
 Buffer's global order and the threshold rule are unchanged: groups still never conflict.
@@ -93,7 +95,7 @@ class GroupGenerator:
         self._members: dict[int, tuple[int, ...]] = {}
         self._taken_at: dict[int, dict[int, float]] = {}
         self._completed: dict[int, float] = {}
-        self._work: deque[float] = deque(maxlen=4 * workers)
+        self._work: list[deque[float]] = [deque(maxlen=8) for _ in range(workers)]
 
     def _check(self, worker: int) -> None:
         if not 0 <= worker < self.workers:
@@ -109,7 +111,7 @@ class GroupGenerator:
         self.counts[worker] += 1
         previous = self._current[worker]
         if now is not None and previous in self._completed:
-            self._work.append(now - self._completed[previous])
+            self._work[worker].append(now - self._completed[previous])
         if not self.buffers[worker]:
             self._generate(worker)
         return self._take(worker)
@@ -151,14 +153,20 @@ class GroupGenerator:
             and len(self.buffers[w]) < self.buffer_limit and self.close(w, requester)
         ]
 
+    def work_time(self, worker: int | None = None) -> float:
+        """Median time from a group's completion to a member's next request (P-Reduce plus the
+        next step): the worker's own over its last 8 steps, or everybody's; 0 when unknown."""
+        samples = (self._work[worker] if worker is not None and self._work[worker]
+                   else [t for own in self._work for t in own])
+        return statistics.median(samples) if samples else 0.0
+
     def expected_arrivals(self, now: float) -> dict[int, float]:
         """When each worker should next ask, seen at time `now` (arrival_order; needs request
         times): when the group it took last is complete (its last member asks; predicted the
-        same way for members still to ask) plus the median work time. +inf for a worker that
-        is late (expected more than a quarter of a work time before now: slowed, most likely)
-        or whose group waits on a late one."""
+        same way for members still to ask) plus its work time. +inf for a worker that is late
+        (expected more than a quarter of its work time before now: slowed, most likely) or
+        whose group waits on a late one."""
         memo: dict[int, float] = {}
-        work = statistics.median(self._work) if self._work else 0.0
 
         def completion(group_id: int) -> float:
             if group_id in self._completed:
@@ -170,48 +178,59 @@ class GroupGenerator:
 
         def arrival(w: int) -> float:
             if w not in memo:
-                group_id = self._current[w]
+                group_id, work = self._current[w], self.work_time(w)
                 expected = now if group_id is None else completion(group_id) + work
                 memo[w] = expected if expected >= now - work / 4 else float("inf")
             return memo[w]
 
         return {w: arrival(w) for w in range(self.workers)}
 
-    def _arrival_classes(self) -> dict[int, float]:
-        """Expected arrivals coarsened to quarters of a work time from now, so that workers
-        expected at about the same time stay in the shuffle's random order (groups keep
-        mixing instead of pinning the same pairs); late workers last."""
-        now = self._now
-        work = statistics.median(self._work) if self._work else 0.0
-        expected = self.expected_arrivals(now)
-        if work <= 0:
-            return expected
-        return {w: t if t == float("inf") else (t - now) // (work / 4)
-                for w, t in expected.items()}
-
     def _generate(self, requester: int) -> None:
         others = self.eligible(requester)
         self._rng.shuffle(others)
-        if self.arrival_order and self._now is not None:
-            # The requester waits from now for its partners: give it those expected to ask
-            # soonest; then the division pairs workers expected to ask at about the same time.
-            # Late workers (past their expected time, likely slowed) go last. Stable sorts keep
-            # the shuffle's order among equals.
-            others.sort(key=self._arrival_classes().__getitem__)
-        group, rest = self._fill([requester], others)
+        if not (self.arrival_order and self._now is not None):
+            group, rest = self._fill([requester], others)
+            self._add(group)
+            if self.group_division:
+                self._divide(rest)
+            return
+        # Whoever is in a group waits for its last member. So: the requester (here now) gets
+        # the partners expected soonest, and only those expected within one step; the division
+        # groups workers expected within one step of each other, late ones only with late
+        # ones. Times are coarsened to quarters of a step, and stable sorts keep the shuffle's
+        # order among equals, so that groups keep mixing.
+        now, step = self._now, self.work_time()
+        when = self.expected_arrivals(now)
+        inf = float("inf")
+        quarter = step / 4 or 1.0
+        others.sort(key=lambda w: when[w] if when[w] == inf else (when[w] - now) // quarter)
+
+        def within_a_step_of(t: float):
+            return lambda w: when[w] == inf if t == inf else when[w] <= t + step
+
+        group, rest = self._fill([requester], others, within_a_step_of(now))
         self._add(group)
         if self.group_division:
-            while rest:
-                group, rest = self._fill([rest[0]], rest[1:])
-                if len(group) > 1:
-                    self._add(group)
+            self._divide(rest, lambda leader: within_a_step_of(when[leader]))
 
-    def _fill(self, group: list[int], pool: list[int]) -> tuple[list[int], list[int]]:
+    def _divide(self, pool: list[int], fits_with=None) -> None:
+        """Group Division: the pool, in order, into groups of up to group_size (a leader and
+        the first later workers that pass the threshold rule, and `fits_with(leader)`)."""
+        while pool:
+            group, pool = self._fill([pool[0]], pool[1:],
+                                     fits_with(pool[0]) if fits_with else None)
+            if len(group) > 1:
+                self._add(group)
+
+    def _fill(self, group: list[int], pool: list[int],
+              fits=None) -> tuple[list[int], list[int]]:
         """Add workers from `pool`, in its (random) order, that pass the threshold rule with
-        every member so far, up to group_size; returns the group and the pool left over."""
+        every member so far (and `fits`), up to group_size; returns the group and the pool
+        left over."""
         rest = []
         for w in pool:
-            if len(group) < self.group_size and all(self.close(w, m) for m in group):
+            if (len(group) < self.group_size and all(self.close(w, m) for m in group)
+                    and (fits is None or fits(w))):
                 group.append(w)
             else:
                 rest.append(w)
