@@ -15,14 +15,13 @@ from hetbench.algorithms.prague.service import GroupClient, gg_server, start_ser
 SMART = {"group_size": 4, "delta_c": 2, "group_division": True, "group_buffer": True}
 
 
-@pytest.mark.parametrize("arrival_order", [False, True])  # True: the server's clock orders groups
-def test_groups_of_one_round_never_share_a_worker_and_all_members_agree(tmp_path, arrival_order):
-    workers, rounds = 8, 12
-    got = defaultdict(list)  # round -> [(worker, group_id, members)]
+def _ask_in_rounds(spec, workers, rounds, log_path):
+    """Every worker asks once per round, concurrently (a barrier between rounds), each from its
+    own gRPC client; returns {round: [(worker, group_id, members)]}."""
+    got = defaultdict(list)
     barrier = threading.Barrier(workers)
     errors = []
-    spec = {**SMART, "workers": workers, "seed": 7, "arrival_order": arrival_order}
-    with gg_server(spec, tmp_path / "gg.log") as services:
+    with gg_server(spec, log_path) as services:
         address = services["gg_address"]
 
         def worker(w):
@@ -44,6 +43,14 @@ def test_groups_of_one_round_never_share_a_worker_and_all_members_agree(tmp_path
         for t in threads:
             t.join(timeout=30)
     assert not errors
+    return got
+
+
+def test_groups_of_one_round_never_share_a_worker_and_all_members_agree(tmp_path):
+    workers, rounds = 8, 12
+    # The paper's generator (no arrival_order): one division per round covers everybody.
+    spec = {**SMART, "workers": workers, "seed": 7, "arrival_order": False}
+    got = _ask_in_rounds(spec, workers, rounds, tmp_path / "gg.log")
     members_of = {}
     for r in range(rounds):
         replies = got[r]
@@ -60,6 +67,27 @@ def test_groups_of_one_round_never_share_a_worker_and_all_members_agree(tmp_path
         for w, gid, _ in got[r]:
             handed[gid].add(w)
     assert all(handed[gid] == set(members) for gid, members in members_of.items())
+
+
+def test_arrival_order_through_grpc_keeps_groups_consistent_and_in_one_order(tmp_path):
+    # With arrival_order the server times requests with its own clock. Groups may then span
+    # lockstep rounds (a late worker is kept out of a division and grouped later), but every
+    # group is handed to exactly its members, and each worker gets its groups in id order
+    # (the global order that rules out conflicts).
+    workers, rounds = 8, 12
+    spec = {**SMART, "workers": workers, "seed": 7, "arrival_order": True}
+    got = _ask_in_rounds(spec, workers, rounds, tmp_path / "gg.log")
+    members_of, handed, ids_of = {}, defaultdict(set), defaultdict(list)
+    for r in range(rounds):
+        assert len(got[r]) == workers
+        for w, gid, members in got[r]:
+            assert w in members and len(members) <= 4
+            assert members_of.setdefault(gid, members) == members
+            handed[gid].add(w)
+            ids_of[w].append(gid)
+    assert all(ids == sorted(ids) and len(set(ids)) == len(ids) for ids in ids_of.values())
+    # No group was handed to a worker outside it.
+    assert all(handed[gid] <= set(members) for gid, members in members_of.items())
 
 
 @pytest.fixture
