@@ -8,15 +8,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def bench_cmd():
     """The real `bench` console script of this environment."""
     exe = Path(sys.executable).with_name("bench")
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "hetbench"]
 
 
-@pytest.fixture
-def cli_env(tmp_path):
+@pytest.fixture(scope="session")
+def cli_env():
+    """The environment the CLI runs in (without CI); tests copy it to change it."""
     env = dict(os.environ)
     env.pop("CI", None)
     return env
