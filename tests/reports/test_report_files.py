@@ -6,6 +6,7 @@ import io
 import json
 import math
 import re
+import shutil
 
 import pandas as pd
 import pytest
@@ -50,8 +51,17 @@ def test_write_report_writes_every_file(results):
     assert ttt.loc[("allreduce", "none"), "time_to_target_s"] == pytest.approx(0.5)
 
 
-def test_html_is_self_contained_with_every_image(results):
-    paths = write_report(results)
+@pytest.fixture(scope="module")
+def default_report(tmp_path_factory):
+    """write_report's paths for a copy of the fixtures with no options (made once; the tests
+    that use it only read it)."""
+    copy = tmp_path_factory.mktemp("default-report") / "results"
+    shutil.copytree(RESULTS, copy)
+    return write_report(copy)
+
+
+def test_html_is_self_contained_with_every_image(default_report):
+    paths = default_report
     page = paths["html"].read_text()
     images = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
     pngs = [p for p in paths.values() if p.suffix == ".png"]
@@ -190,8 +200,8 @@ def test_cli_compare_and_report_on_fixtures(results, bench):
     assert baseline.returncode == 2 and "pick one with --baseline" in baseline.stderr
 
 
-def test_report_csv_parses_back(results):
-    paths = write_report(results)
+def test_report_csv_parses_back(default_report):
+    paths = default_report
     frame = pd.read_csv(io.StringIO(paths["csv"].read_text()))
     assert set(frame["algorithm"]) == {"allreduce", "ps-async"}
     assert (frame[frame["algorithm"] == "allreduce"]["throughput_vs_allreduce"] == 1.0).all()
