@@ -19,9 +19,27 @@ from tests.helpers import final_models, run_config
 ITERATIONS = 10
 
 
-def run_impl(tmp_path, impl, workers, workload="mlp-digits", **workload_options):
-    """Final parameters of every worker of one run (asserting they agree with each other)."""
-    run_dir = tmp_path / f"{impl}-{workload}-{workers}"
+@pytest.fixture(scope="module")
+def runs_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("runs")
+
+
+_made: dict[tuple, np.ndarray] = {}
+
+
+def run_impl(runs_dir, impl, workers, workload="mlp-digits", **workload_options):
+    """Final parameters of every worker of one run (asserting they agree with each other).
+
+    Each distinct run is made once per module: tests that compare against the same reference
+    (buckets, 3 workers, emulated compute) share it."""
+    key = (impl, workers, workload, tuple(sorted(workload_options.items())))
+    if key not in _made:
+        _made[key] = _run_impl(runs_dir / f"{impl}-{workload}-{workers}-{len(_made)}", impl,
+                               workers, workload, workload_options)
+    return _made[key]
+
+
+def _run_impl(run_dir, impl, workers, workload, workload_options):
     summary = run_config(run_dir, algorithm="allreduce", workload=workload, workers=workers,
                          iterations=ITERATIONS, warmup_iterations=2, save_models=True, seed=5,
                          algorithm_options={"impl": impl},
@@ -57,33 +75,33 @@ def require_horovod():
 
 
 @pytest.mark.parametrize("workload", ["mlp-digits", "svm"])
-def test_ddp_matches_buckets(tmp_path, workload):
+def test_ddp_matches_buckets(runs_dir, workload):
     # svm's loss reads model.weight, which the DDP wrapper must pass through.
-    ddp = run_impl(tmp_path, "ddp", 3, workload)
+    ddp = run_impl(runs_dir, "ddp", 3, workload)
     assert not np.allclose(ddp, initial_params(workload)), "training must move the model"
-    assert_same(ddp, run_impl(tmp_path, "buckets", 3, workload), f"ddp vs buckets on {workload}")
+    assert_same(ddp, run_impl(runs_dir, "buckets", 3, workload), f"ddp vs buckets on {workload}")
 
 
 @pytest.mark.parametrize("workers", [2, 4])
-def test_horovod_matches_ddp_and_buckets(tmp_path, workers):
+def test_horovod_matches_ddp_and_buckets(runs_dir, workers):
     require_horovod()
-    horovod = run_impl(tmp_path, "horovod", workers)
+    horovod = run_impl(runs_dir, "horovod", workers)
     assert not np.allclose(horovod, initial_params("mlp-digits")), "training must move the model"
-    assert_same(horovod, run_impl(tmp_path, "ddp", workers), f"horovod vs ddp, {workers} workers")
-    assert_same(horovod, run_impl(tmp_path, "buckets", workers),
+    assert_same(horovod, run_impl(runs_dir, "ddp", workers), f"horovod vs ddp, {workers} workers")
+    assert_same(horovod, run_impl(runs_dir, "buckets", workers),
                 f"horovod vs buckets, {workers} workers")
 
 
 @pytest.mark.parametrize("impl", ["ddp", "horovod"])
-def test_emulated_compute_is_averaged_too(tmp_path, impl):
+def test_emulated_compute_is_averaged_too(runs_dir, impl):
     # No forward/backward under emulated compute: DDP's hooks never fire (the algorithm then
     # averages itself) and Horovod's synchronize() reduces the gradients no hook saw.
     if impl == "horovod":
         require_horovod()
     emulated = {"compute": "emulated", "compute_ms": 1.0}
-    got = run_impl(tmp_path, impl, 3, **emulated)
+    got = run_impl(runs_dir, impl, 3, **emulated)
     assert not np.allclose(got, initial_params("mlp-digits")), "training must move the model"
-    assert_same(got, run_impl(tmp_path, "buckets", 3, **emulated), f"{impl} vs buckets, emulated")
+    assert_same(got, run_impl(runs_dir, "buckets", 3, **emulated), f"{impl} vs buckets, emulated")
 
 
 def test_missing_horovod_is_one_error_line_before_any_process_starts(tmp_path, bench_cmd,
