@@ -4,9 +4,9 @@
         --iterations 300 --repeats 3
 
 Both train the same workload (same model, data shards, batch size, optimizer) on the same number
-of gloo workers for the same iterations, alternating so machine noise hits both alike. Both are
-scored with the same metric (hetbench.harness.metrics.throughput over per-iteration times). The
-ratio hetbench / plain is what the harness costs. `--impl ddp` runs hetbench's allreduce on torch
+of gloo workers for the same iterations, in pairs whose order alternates so machine noise hits
+both alike. Both are scored with the same metric (hetbench.harness.metrics.throughput over
+per-iteration times). The ratio hetbench / plain is what the harness costs. `--impl ddp` runs hetbench's allreduce on torch
 DDP, the plain loop's own all-reduce, so that the ratio is the harness alone; the default
 (buckets) also includes the implementation's difference. Writes
 results/benchmarks/allreduce_vs_ddp.json (the --out directory).
@@ -96,10 +96,16 @@ def main() -> None:
                        algorithm_options={"impl": args.impl})
     rows = []
     for repeat in range(args.repeats):
-        plain = plain_ddp(config)
-        ours = hetbench_allreduce(config)
+        # The order alternates, so that whatever favours the first (or second) run of a pair
+        # (drift in the machine's load, caches, the forkserver's start) falls on both sides.
+        if repeat % 2 == 0:
+            plain = plain_ddp(config)
+            ours = hetbench_allreduce(config)
+        else:
+            ours = hetbench_allreduce(config)
+            plain = plain_ddp(config)
         rows.append({"repeat": repeat, "plain_ddp": plain, "hetbench": ours,
-                     "ratio": ours / plain})
+                     "ratio": ours / plain, "first": "plain" if repeat % 2 == 0 else "hetbench"})
         print(f"repeat {repeat}: plain DDP {plain:9.1f} samples/s   hetbench {ours:9.1f} "
               f"samples/s   ratio {ours / plain:.3f}", flush=True)
     plain_mean = statistics.mean(r["plain_ddp"] for r in rows)
