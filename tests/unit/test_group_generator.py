@@ -1,5 +1,6 @@
 """The smart Group Generator's decisions, without gRPC or processes."""
 
+import heapq
 import itertools
 import random
 
@@ -214,8 +215,7 @@ def _play(gen, step_s, rounds):
     done_rounds = [0] * n
     queue = [(0.0, w) for w in range(n)]
     while queue:
-        queue.sort()
-        t, w = queue.pop(0)
+        t, w = heapq.heappop(queue)
         group = gen.request(w, t)
         partners[w].update(m for m in group.members if m != w)
         arrived.setdefault(group.id, {})[w] = t
@@ -226,7 +226,7 @@ def _play(gen, step_s, rounds):
             waits[m] += end - t_m
             done_rounds[m] += 1
             if done_rounds[m] < rounds:
-                queue.append((end + step_s(m, done_rounds[m]), m))
+                heapq.heappush(queue, (end + step_s(m, done_rounds[m]), m))
     return waits, partners
 
 

@@ -96,6 +96,7 @@ class GroupGenerator:
         self._taken_at: dict[int, dict[int, float]] = {}
         self._completed: dict[int, float] = {}
         self._work: list[deque[float]] = [deque(maxlen=8) for _ in range(workers)]
+        self._work_all: deque[float] = deque(maxlen=64)  # everybody's latest, for new workers
 
     def _check(self, worker: int) -> None:
         if not 0 <= worker < self.workers:
@@ -112,6 +113,7 @@ class GroupGenerator:
         previous = self._current[worker]
         if now is not None and previous in self._completed:
             self._work[worker].append(now - self._completed[previous])
+            self._work_all.append(now - self._completed[previous])
         if not self.buffers[worker]:
             self._generate(worker)
         return self._take(worker)
@@ -155,9 +157,10 @@ class GroupGenerator:
 
     def work_time(self, worker: int | None = None) -> float:
         """Median time from a group's completion to a member's next request (P-Reduce plus the
-        next step): the worker's own over its last 8 steps, or everybody's; 0 when unknown."""
+        next step): the worker's own over its last 8 steps, or everybody's last 64; 0 when
+        unknown."""
         samples = (self._work[worker] if worker is not None and self._work[worker]
-                   else [t for own in self._work for t in own])
+                   else self._work_all)
         return statistics.median(samples) if samples else 0.0
 
     def expected_arrivals(self, now: float) -> dict[int, float]:
@@ -226,9 +229,13 @@ class GroupGenerator:
         every member so far (and `fits`), up to group_size; returns the group and the pool
         left over."""
         rest = []
-        for w in pool:
-            if (len(group) < self.group_size and all(self.close(w, m) for m in group)
-                    and (fits is None or fits(w))):
+        for i, w in enumerate(pool):
+            if len(group) == self.group_size:
+                # Full: the rest of the pool is left as it is (a division of 1024 workers calls
+                # this once per group, so scanning the whole pool each time was quadratic).
+                rest.extend(pool[i:])
+                break
+            if all(self.close(w, m) for m in group) and (fits is None or fits(w)):
                 group.append(w)
             else:
                 rest.append(w)
