@@ -110,7 +110,7 @@ def outcomes(request, tmp_path_factory, bench_cmd, cli_env):
     """Each selected case's `bench` result. The CLI runs are single processes, mostly start-up,
     so they run two at a time (the machine has two cores); each case is still its own test."""
     names = [item.callspec.params["name"] for item in request.session.items
-             if item.originalname == "test_bad_input_gives_one_line_and_exit_2"]
+             if getattr(item, "originalname", None) == "test_bad_input_gives_one_line_and_exit_2"]
     all_cases = cases(tmp_path_factory.mktemp("bad-input"))
 
     def run(name):
