@@ -102,20 +102,31 @@ class PSSyncSim(Protocol):
 
 
 class PSAsyncSim(Protocol):
-    """The server takes one gradient at a time, in arrival order, and answers its sender."""
+    """The server takes one gradient at a time, in arrival order, and answers its sender.
+
+    CPU sharing: workers queued at the server are blocked in their receive and leave the cores
+    to the others, so a request's messages are charged for the processes in a step less those
+    still waiting for the server.
+    """
 
     servers = 1
 
     def __init__(self, engine):
         super().__init__(engine)
         self.server_free = 0.0
+        #: When each request scheduled so far is served (non-decreasing: FIFO).
+        self._starts: deque[float] = deque()
 
     def ready(self, w):
         t = self.eng.now
+        starts = self._starts
+        while starts and starts[0] <= t:
+            starts.popleft()
         start = max(self.server_free, t)
-        active = self.eng.active
-        self.server_free = (start + self.net.message(self.model_bytes + 4, active)
-                            + self.net.message(self.model_bytes, active))
+        competing = max(self.eng.active - len(starts), 1)
+        starts.append(start)
+        self.server_free = (start + self.net.message(self.model_bytes + 4, competing)
+                            + self.net.message(self.model_bytes, competing))
         self.eng.end_step(w, self.server_free, start - t)
 
 

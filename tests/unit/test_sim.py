@@ -414,3 +414,15 @@ def test_fit_group_setup_recovers_the_communicator_cost_from_the_groups_logged(t
     # differs by exactly the set-up cost (a P-Reduce of 2 costs the same otherwise).
     assert fit_group_setup(tmp_path / "real") == pytest.approx(0.005, rel=1e-6)
     assert fit_group_setup(FIXTURES) is None  # no prague-smart run there
+
+
+def test_ps_async_workers_queued_at_the_server_do_not_compete_for_the_cores(tmp_path):
+    net = NetworkModel(alpha_s=1e-4, beta_bytes_per_s=1e9, cpu_s=2e-3, cores=2)
+    c = config("ps-async", workers=16, iterations=40)
+    summary = simulate(c, SimModels(net, ComputeModel()), tmp_path).summary
+    model = layout(c).model_bytes
+    # The server is saturated (16 workers, 20 ms compute); if all 17 processes competed, each
+    # request would cost two hops at share 17 / 2 and cap the rate there.
+    everyone = 32 / (net.message(model + 4, 17) + net.message(model, 17))
+    alone = 32 / (net.message(model + 4, 2) + net.message(model, 2))
+    assert everyone < summary["throughput"] <= alone * 1.0001
