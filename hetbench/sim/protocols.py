@@ -339,8 +339,11 @@ class PragueGeneratedSim(Protocol):
         group = self.gg.request(w, self.eng.now + self.rpc)
         fields = self._fields.get(group.id)
         if fields is None:
-            fields = self._fields[group.id] = encode_fields(
-                {"group": list(group.members), "gg_s": 2 * self.rpc, "group_id": group.id})
+            # What encode_fields would give, formatted directly: at 1024 workers this runs half
+            # a million times, and json.dumps was a tenth of the simulation's time.
+            members = ",".join(map(str, group.members))
+            fields = self._fields[group.id] = (
+                f',"group":[{members}],"gg_s":{2 * self.rpc!r},"group_id":{group.id}')
         if self.meetings.join(group.id, group.members, w, self.eng.now + self.rpc, fields):
             del self._fields[group.id]
 
