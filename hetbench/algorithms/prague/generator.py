@@ -238,21 +238,20 @@ class GroupGenerator:
         left over."""
         # The rule holds between every pair iff it holds between the extreme counts. (This
         # runs for every worker of every division: a hot path of 1024-worker simulations.)
-        counts, delta = self.counts, self.delta_c
-        lo = hi = counts[group[0]]
-        for m in group:
-            lo, hi = min(lo, counts[m]), max(hi, counts[m])
+        counts, delta, size = self.counts, self.delta_c, self.group_size
+        lo, hi = min(counts[m] for m in group), max(counts[m] for m in group)
         rest = []
         for i, w in enumerate(pool):
-            if len(group) == self.group_size:
+            if len(group) == size:
                 # Full: the rest of the pool is left as it is (scanning it all for every group
                 # made a division quadratic).
                 rest.extend(pool[i:])
                 break
             c = counts[w]
-            if (delta is None or max(hi, c) - min(lo, c) < delta) and (fits is None or fits(w)):
+            c_lo, c_hi = (c, hi) if c < lo else (lo, c) if c > hi else (lo, hi)
+            if (delta is None or c_hi - c_lo < delta) and (fits is None or fits(w)):
                 group.append(w)
-                lo, hi = min(lo, c), max(hi, c)
+                lo, hi = c_lo, c_hi
             else:
                 rest.append(w)
         return group, rest
