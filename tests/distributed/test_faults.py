@@ -143,9 +143,12 @@ def test_ctrl_c_marks_the_run_interrupted_and_leaves_nothing(tmp_path, bench_cmd
     matrix = tmp_path / "m.toml"
     matrix.write_text('algorithms = ["allreduce", "ps-sync"]\nworkloads = ["mlp-digits"]\n'
                       "workers = [2]\niterations = 100000\npace_ms = 5\n")
+    # SIGINT back to its default in the child: a suite started in the background by a
+    # non-interactive shell (`make test &`) inherits SIGINT ignored, and so would `bench`.
     proc = subprocess.Popen([*bench_cmd, "run", str(matrix), "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=cli_env)
+                            env=cli_env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     run_dir = _training_run(out)
     proc.send_signal(signal.SIGINT)
     output, _ = proc.communicate(timeout=BOUND_S)
