@@ -52,12 +52,12 @@ test-quick: setup
 test-ci: setup
 	$(VENV)/bin/ruff check hetbench tests benchmarks
 	@mkdir -p build; \
-	setsid -w sh -c 'renice -n 19 -p $$$$ >/dev/null 2>&1; echo 19 >/proc/self/autogroup 2>/dev/null; \
+	setsid -w sh -c 'renice -n 19 -p $$$$ >/dev/null 2>&1; { echo 19 >/proc/self/autogroup; } 2>/dev/null; \
 	    exec scripts/build_horovod.sh "$$0"' $(PY) >build/horovod-ci.log 2>&1 & build=$$!; \
 	echo "make: building horovod in the background (pid $$build, log build/horovod-ci.log)"; \
 	$(VENV)/bin/pytest -q --ignore=$(HOROVOD_TEST); rc=$$?; \
 	if [ $$rc -ne 0 ]; then kill -- -$$build 2>/dev/null; wait $$build; exit $$rc; fi; \
-	echo 0 >/proc/$$build/autogroup 2>/dev/null; \
+	{ echo 0 >/proc/$$build/autogroup; } 2>/dev/null; \
 	echo "make: waiting for the horovod build"; \
 	wait $$build; rc=$$?; cat build/horovod-ci.log; \
 	if [ $$rc -ne 0 ]; then echo "make: the horovod build failed" >&2; exit $$rc; fi; \
