@@ -6,9 +6,9 @@
 Both train the same workload (same model, data shards, batch size, optimizer) on the same number
 of gloo workers for the same iterations, in pairs whose order alternates so machine noise hits
 both alike. Both are scored with the same metric (hetbench.harness.metrics.throughput over
-per-iteration times). The ratio hetbench / plain is what the harness costs. `--impl ddp` runs hetbench's allreduce on torch
-DDP, the plain loop's own all-reduce, so that the ratio is the harness alone; the default
-(buckets) also includes the implementation's difference. Writes
+per-iteration times). The ratio hetbench / plain is what the harness costs. `--impl ddp` runs
+hetbench's allreduce on torch DDP, the plain loop's own all-reduce, so that the ratio is the
+harness alone; the default (buckets) also includes the implementation's difference. Writes
 results/benchmarks/allreduce_vs_ddp.json (the --out directory).
 """
 
