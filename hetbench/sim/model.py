@@ -213,6 +213,22 @@ class SimModels:
         }
 
 
+def finished_real_runs(results_dir: Path):
+    """(run_dir, config dict) of every real run in results_dir that finished ok (unreadable,
+    failed and simulated runs skipped): what the fits learn from."""
+    from hetbench.harness.store import read_json
+    from hetbench.reports.load import run_dirs
+
+    for run_dir in run_dirs(Path(results_dir)):
+        try:
+            config = read_json(run_dir / "config.json")
+            summary = read_json(run_dir / "summary.json")
+        except (OSError, ValueError):
+            continue
+        if summary.get("status") == "ok" and not summary.get("simulated"):
+            yield run_dir, config
+
+
 def fit_compute(results_dir: Path) -> ComputeModel:
     """Compute times of unslowed, post-warm-up iterations of real runs, per (workload, pace).
 
@@ -223,22 +239,14 @@ def fit_compute(results_dir: Path) -> ComputeModel:
     too, as the simulator starts the next compute when a step ends; so a sample is that gap +
     compute_s + slowdown_s, i.e. the previous step's end to this one's start.
     """
-    from hetbench.harness.store import read_json, read_jsonl
-    from hetbench.reports.load import run_dirs
+    from hetbench.harness.store import read_jsonl
     from hetbench.slowdown import parse_slowdown
 
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise UserError(f"--fit-from {results_dir}: no such directory")
     samples: dict[tuple[str, float], list[float]] = {}
-    for run_dir in run_dirs(results_dir):
-        try:
-            config = read_json(run_dir / "config.json")
-            summary = read_json(run_dir / "summary.json")
-        except (OSError, ValueError):
-            continue
-        if summary.get("status") != "ok" or summary.get("simulated"):
-            continue
+    for run_dir, config in finished_real_runs(results_dir):
         try:
             injector = parse_slowdown(config["slowdown"], seed=config["seed"])
             injector.validate(config["workers"])
@@ -276,18 +284,11 @@ def allreduce_hops(results_dir: Path, beta_bytes_per_s: float) -> list[tuple[int
     peer as communication, so only unslowed runs and the median are used), less the bandwidth
     term, over the ring formula's 2(n-1) hops per bucket. cores: env.json's cpu_count.
     """
-    from hetbench.harness.store import read_json, read_jsonl
-    from hetbench.reports.load import run_dirs
+    from hetbench.harness.store import read_jsonl
 
     hops = []
-    for run_dir in run_dirs(Path(results_dir)):
-        try:
-            raw = read_json(run_dir / "config.json")
-            summary = read_json(run_dir / "summary.json")
-        except (OSError, ValueError):
-            continue
-        if (raw.get("algorithm") != "allreduce" or raw.get("slowdown") != "none"
-                or summary.get("status") != "ok" or summary.get("simulated")):
+    for run_dir, raw in finished_real_runs(results_dir):
+        if raw.get("algorithm") != "allreduce" or raw.get("slowdown") != "none":
             continue
         config = RunConfig.from_dict(raw)
         n = config.workers
@@ -367,18 +368,11 @@ def fit_group_setup(results_dir: Path) -> float | None:
     """
     from collections import OrderedDict
 
-    from hetbench.harness.store import read_json, read_jsonl
-    from hetbench.reports.load import run_dirs
+    from hetbench.harness.store import read_jsonl
 
     estimates = []
-    for run_dir in run_dirs(Path(results_dir)):
-        try:
-            raw = read_json(run_dir / "config.json")
-            summary = read_json(run_dir / "summary.json")
-        except (OSError, ValueError):
-            continue
-        if (raw.get("algorithm") not in ("prague-smart", "prague-random")
-                or summary.get("status") != "ok" or summary.get("simulated")):
+    for run_dir, raw in finished_real_runs(results_dir):
+        if raw.get("algorithm") not in ("prague-smart", "prague-random"):
             continue
         config = RunConfig.from_dict(raw)
         cache_size = config.algorithm_config().cache_size
