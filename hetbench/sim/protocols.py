@@ -104,9 +104,13 @@ class PSSyncSim(Protocol):
 class PSAsyncSim(Protocol):
     """The server takes one gradient at a time, in arrival order, and answers its sender.
 
+    A request flies for alpha + bytes/beta, waits for the server, occupies it for the CPU time
+    of its two messages (receive and reply), and the reply flies back. Only the CPU time is
+    the server's: flights of different workers overlap (charging whole messages to the server
+    capped 16 workers at 2/3 of what they measured, docs/bench-sim.md).
     CPU sharing: workers queued at the server are blocked in their receive and leave the cores
-    to the others, so a request's messages are charged for the processes in a step less those
-    still waiting for the server.
+    to the others, so the CPU time is shared among the processes in a step less those still
+    waiting for the server.
     """
 
     servers = 1
@@ -118,16 +122,17 @@ class PSAsyncSim(Protocol):
         self._starts: deque[float] = deque()
 
     def ready(self, w):
-        t = self.eng.now
+        net = self.net
+        arrive = self.eng.now + net.alpha_s + (self.model_bytes + 4) / net.beta_bytes_per_s
         starts = self._starts
-        while starts and starts[0] <= t:
+        while starts and starts[0] <= arrive:
             starts.popleft()
-        start = max(self.server_free, t)
+        start = max(self.server_free, arrive)
         competing = max(self.eng.active - len(starts), 1)
         starts.append(start)
-        self.server_free = (start + self.net.message(self.model_bytes + 4, competing)
-                            + self.net.message(self.model_bytes, competing))
-        self.eng.end_step(w, self.server_free, start - t)
+        self.server_free = start + 2 * net.cpu_s * net.share(competing)
+        end = self.server_free + net.alpha_s + self.model_bytes / net.beta_bytes_per_s
+        self.eng.end_step(w, end, start - arrive)
 
 
 class DPSGDSim(Protocol):

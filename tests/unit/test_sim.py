@@ -420,9 +420,20 @@ def test_ps_async_workers_queued_at_the_server_do_not_compete_for_the_cores(tmp_
     net = NetworkModel(alpha_s=1e-4, beta_bytes_per_s=1e9, cpu_s=2e-3, cores=2)
     c = config("ps-async", workers=16, iterations=40)
     summary = simulate(c, SimModels(net, ComputeModel()), tmp_path).summary
-    model = layout(c).model_bytes
-    # The server is saturated (16 workers, 20 ms compute); if all 17 processes competed, each
-    # request would cost two hops at share 17 / 2 and cap the rate there.
-    everyone = 32 / (net.message(model + 4, 17) + net.message(model, 17))
-    alone = 32 / (net.message(model + 4, 2) + net.message(model, 2))
+    # The server is saturated (16 workers, 20 ms compute): it spends the CPU time of two
+    # messages per request. If all 17 processes competed for the cores, that would be at share
+    # 17 / 2 and cap the rate there; never below share 1.
+    everyone = 32 / (2 * net.cpu_s * net.share(17))
+    alone = 32 / (2 * net.cpu_s * net.share(2))
     assert everyone < summary["throughput"] <= alone * 1.0001
+
+
+def test_ps_async_flights_overlap_only_the_servers_cpu_time_is_serial(tmp_path):
+    # CPU-free messages: the server is never the bottleneck, however long the flights, so every
+    # worker runs at compute + two flights.
+    net = NetworkModel(alpha_s=5e-3, beta_bytes_per_s=1e12, cpu_s=0.0)
+    c = config("ps-async", workers=16, iterations=40)
+    summary = simulate(c, SimModels(net, ComputeModel()), tmp_path).summary
+    model = layout(c).model_bytes
+    step = 0.020 + 2 * net.alpha_s + (2 * model + 4) / net.beta_bytes_per_s
+    assert summary["throughput"] == pytest.approx(16 * 32 / step, rel=1e-3)
