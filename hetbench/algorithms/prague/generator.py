@@ -95,13 +95,12 @@ class GroupGenerator:
         self.generated = 0
         self._rng = random.Random(seed)
         # arrival_order's timing, kept only when requests come with a time: the group each
-        # worker last took, who has taken each open group when, when each group was complete
-        # (its last member asked), and the latest "work" samples (from a group's completion to
-        # a member's next request: the P-Reduce plus the next step's compute).
+        # worker last took, each open group and who has taken it when, when each group was
+        # complete (its last member asked), and the latest "work" samples (from a group's
+        # completion to a member's next request: the P-Reduce plus the next step's compute).
         self._now: float | None = None
         self._current: list[int | None] = [None] * workers
-        self._members: dict[int, tuple[int, ...]] = {}
-        self._taken_at: dict[int, dict[int, float]] = {}
+        self._open: dict[int, tuple[Group, dict[int, float]]] = {}
         self._completed: dict[int, float] = {}
         self._work: list[deque[float]] = [deque(maxlen=8) for _ in range(workers)]
         self._work_all: deque[float] = deque(maxlen=64)  # everybody's latest, for new workers
@@ -120,8 +119,9 @@ class GroupGenerator:
         self.counts[worker] += 1
         previous = self._current[worker]
         if now is not None and previous in self._completed:
-            self._work[worker].append(now - self._completed[previous])
-            self._work_all.append(now - self._completed[previous])
+            work = now - self._completed[previous]
+            self._work[worker].append(work)
+            self._work_all.append(work)
         if not self.buffers[worker]:
             self._generate(worker)
         return self._take(worker)
@@ -132,17 +132,14 @@ class GroupGenerator:
         if self._now is None:
             return group
         self._current[worker] = group.id
-        taken = self._taken_at.setdefault(group.id, {})
+        _, taken = self._open.setdefault(group.id, (group, {}))
         taken[worker] = self._now
         if len(taken) == len(group.members):
             self._completed[group.id] = max(taken.values())
-            del self._taken_at[group.id]
-            self._members.pop(group.id, None)
+            del self._open[group.id]
             if len(self._completed) > 4 * self.workers:  # keep what some worker still refers to
                 live = set(self._current)
                 self._completed = {g: t for g, t in self._completed.items() if g in live}
-        else:
-            self._members[group.id] = group.members
         return group
 
     def finish(self, worker: int) -> int:
@@ -182,10 +179,10 @@ class GroupGenerator:
         def completion(group_id: int) -> float:
             if group_id in self._completed:
                 return self._completed[group_id]
-            taken = self._taken_at[group_id]
+            group, taken = self._open[group_id]
             # A member that has not taken the group is still in an earlier one (buffers are in
             # id order), so the recursion runs down the ids and ends.
-            return max(taken[m] if m in taken else arrival(m) for m in self._members[group_id])
+            return max(taken[m] if m in taken else arrival(m) for m in group.members)
 
         def arrival(w: int) -> float:
             if w not in memo:
