@@ -24,7 +24,13 @@ from typing import Any
 from hetbench.errors import UserError
 from hetbench.harness.config import LAUNCHERS, SCHEMA_VERSION, RunConfig
 from hetbench.harness.metrics import throughput, time_breakdown
-from hetbench.harness.store import environment, read_json, read_jsonl, write_json_atomic
+from hetbench.harness.store import (
+    SERVICE_CPU_FILE,
+    environment,
+    read_json,
+    read_jsonl,
+    write_json_atomic,
+)
 
 POLL_S = 0.1
 #: After the first rank fails, how long to wait for peers' own error reports before killing them.
@@ -58,7 +64,29 @@ def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
         "final_consensus_distance": final.get("consensus_distance"),
         "torn_lines": torn,
         **time_breakdown(all_events),
+        "train_cpu_s": train_cpu_s(config, run_dir),
     }
+
+
+def train_cpu_s(config: RunConfig, run_dir: Path) -> float | None:
+    """CPU seconds the run's processes spent training: every rank's (its done.rank<r>.json,
+    common start to finish) plus its services' (SERVICE_CPU_FILE); None if a rank's is missing
+    (it failed, or ran an older hetbench)."""
+    total = 0.0
+    for rank in range(config.world_size):
+        try:
+            cpu = read_json(run_dir / f"done.rank{rank}.json").get("train_cpu_s")
+        except (OSError, ValueError):
+            return None
+        if not isinstance(cpu, int | float):
+            return None
+        total += cpu
+    for path in sorted(run_dir.glob(SERVICE_CPU_FILE.format(name="*"))):
+        try:
+            total += float(read_json(path)["cpu_s"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    return total
 
 
 def write_summary(config: RunConfig, run_dir: Path, status: str, cause: str | None,

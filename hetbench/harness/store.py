@@ -24,6 +24,11 @@ from typing import Any
 
 from hetbench.harness.config import SCHEMA_VERSION
 
+#: A run's helper process (a service such as Prague's Group Generator) leaves the CPU seconds it
+#: spent serving in run_dir / SERVICE_CPU_FILE.format(name=...) as {"cpu_s": ...}; the summary's
+#: train_cpu_s adds them to the ranks' own.
+SERVICE_CPU_FILE = "service-{name}.cpu.json"
+
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write `text` to a temp file beside `path`, then rename it over `path`."""

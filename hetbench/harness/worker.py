@@ -108,9 +108,14 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous,
         comm.barrier()  # common start: nobody's clock runs during the others' set-up
         _note(rank, "training")
         t0_ns = time.time_ns()
+        # This process's CPU time (all its threads) while training: with more processes than
+        # cores, the CPU, not the network, can bound a run (bench sim fits its capacity model
+        # from it).
+        cpu0_s = time.process_time()
         if not ctx.is_worker:
             _progress["phase"] = "serving"
             algorithm.serve(ctx, model, optimizer)
+            _progress["train_cpu_s"] = time.process_time() - cpu0_s
             return
         snapshots = Snapshots(config.eval_interval_s)
         snapshots.maybe_take(0.0, 0, model)  # tick 0: the common initial model
@@ -119,6 +124,7 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous,
                                  t0_ns, None if emulated else snapshots)
         _progress["phase"] = "finish"
         algorithm.finish(ctx, model)
+        _progress["train_cpu_s"] = time.process_time() - cpu0_s
         if not algorithm.synchronous:
             # Asynchronous workers can end their budgets far apart (a deterministic straggler
             # runs its own iterations); the evaluation's collectives must not time out on it.
@@ -161,6 +167,9 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
         net = algorithm.forward_module(model)
     log = EventLog(run_dir / f"events.rank{rank}.jsonl")
     iteration = 0
+    # The process's CPU time (all threads: a receiver thread's too) since the previous event:
+    # what one iteration costs the cores, whether or not it waited (bench sim's capacity bound).
+    cpu_mark_s = time.process_time()
     try:
         while True:
             elapsed_s = (time.time_ns() - t0_ns) / 1e9
@@ -198,12 +207,15 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
             t_end = time.time_ns()
             step_s = (t_end - t_sync) / 1e9
             wait_s = min(info.wait_s, step_s)
+            cpu_now_s = time.process_time()
+            process_cpu_s, cpu_mark_s = cpu_now_s - cpu_mark_s, cpu_now_s
             log.append({
                 "schema_version": SCHEMA_VERSION, "run_id": config.run_id, "rank": rank,
                 "iteration": iteration, "t_start": t_start, "t_end": t_end,
                 "compute_s": compute_s, "slowdown_s": (t_sync - t_start) / 1e9 - compute_s,
                 "comm_s": step_s - wait_s, "wait_s": wait_s, "samples": batch_size,
-                "loss": loss_value, "snapshot_s": snapshot_s, **info.fields,
+                "loss": loss_value, "snapshot_s": snapshot_s, "process_cpu_s": process_cpu_s,
+                **info.fields,
             })
             iteration = info.next_iteration if info.next_iteration is not None else iteration + 1
     finally:
@@ -281,7 +293,8 @@ def main(argv: list[str] | None = None) -> None:
         # For runs no `bench run` watched (multi-node): `bench summarize` tells a finished rank
         # from one that died without a word.
         write_json_atomic(args.run_dir / f"done.rank{rank}.json",
-                          {"rank": rank, "time_ns": time.time_ns()})
+                          {"rank": rank, "time_ns": time.time_ns(),
+                           "train_cpu_s": _progress.get("train_cpu_s")})
     except BaseException as exc:
         write_json_atomic(args.run_dir / f"error.rank{rank}.json", {
             "rank": rank, "exception": type(exc).__name__, "message": str(exc).strip()[:2000],

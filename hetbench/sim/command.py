@@ -32,6 +32,10 @@ from hetbench.errors import UserError
 @click.option("--cores", type=int,
               help="Cores that all simulated processes share (CPU sharing); default: a core "
                    "per process, or the cpu_count of the real runs under --fit-from/--against.")
+@click.option("--gg-request-us", type=float,
+              help="Time Prague's Group Generator spends per request (microseconds; it serves "
+                   "one at a time); default 0, or fitted from the prague-smart/random runs "
+                   "under --fit-from.")
 @click.option("--compute-ms", type=float,
               help="Compute time per iteration (ms); default: pace_ms, or compute_ms of an "
                    "emulated-compute workload.")
@@ -43,9 +47,10 @@ from hetbench.errors import UserError
                    "configs; the matrix is not used) and print simulated vs measured.")
 @click.option("--dry-run", is_flag=True, help="List the runs the matrix expands to, run nothing.")
 def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
-            pace_ms, out, alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, compute_ms,
-            fit_from, against, dry_run) -> None:
+            pace_ms, out, compute_ms, fit_from, against, dry_run, **model_flags) -> None:
     """Simulate a matrix (discrete events) and write results that `bench report` reads."""
+    # model_flags: alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, gg_request_us
+    # (see _models).
     from hetbench.harness.matrix import check_writable, from_file_and_flags
 
     if compute_ms is not None and fit_from is not None:
@@ -53,10 +58,9 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
     if against is not None:
         if matrix_file is not None:
             raise UserError("--against replays the real runs' own configs; drop the matrix file")
-        models = _models(alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, compute_ms,
-                         fit_from)
+        models = _models(compute_ms=compute_ms, fit_from=fit_from, **model_flags)
         _against(against, models, out or Path("results") / "sim" / "against",
-                 own_cores=cores is None)
+                 own_cores=model_flags["cores"] is None)
         return
     spec, configs = from_file_and_flags(
         matrix_file, algorithms=algorithms, workloads=workloads, workers=workers,
@@ -66,7 +70,7 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         for config in configs:
             click.echo(f"{config.run_id}  {config.label()}")
         return
-    models = _models(alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, compute_ms, fit_from)
+    models = _models(compute_ms=compute_ms, fit_from=fit_from, **model_flags)
     from hetbench.sim.protocols import PROTOCOLS
 
     for config in configs:  # what cannot be simulated fails before anything runs
@@ -78,7 +82,8 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
     _simulate_all(configs, models, out_dir)
 
 
-def _models(alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, compute_ms, fit_from):
+def _models(*, alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, gg_request_us, compute_ms,
+            fit_from):
     """The cost models the flags ask for (fitting from real runs where asked)."""
     from hetbench.sim.model import (
         ComputeModel,
@@ -100,6 +105,8 @@ def _models(alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, compute_ms, fit_
         raise UserError(f"--cpu-us must be >= 0, got {cpu_us:g}")
     if cores is not None and cores < 1:
         raise UserError(f"--cores must be >= 1, got {cores}")
+    if gg_request_us is not None and gg_request_us < 0:
+        raise UserError(f"--gg-request-us must be >= 0, got {gg_request_us:g}")
     beta = beta_gbps * 1e9 / 8
     if fit_from is not None:
         compute = fit_compute(fit_from)
@@ -124,11 +131,20 @@ def _models(alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, compute_ms, fit_
                 group_setup_ms = setup * 1e3
                 click.echo(f"P-Reduce communicator set-up fitted from the prague-smart/random "
                            f"runs in {fit_from}: {group_setup_ms:.2f} ms per cache miss")
+        if gg_request_us is None:
+            from hetbench.sim.model import fit_gg_request
+
+            served = fit_gg_request(fit_from)
+            if served is not None:
+                gg_request_us = served * 1e6
+                click.echo(f"Group Generator time per request fitted from the prague-smart/"
+                           f"random runs in {fit_from}: {gg_request_us:.0f} us")
     else:
         compute = ComputeModel(constant_s=None if compute_ms is None else compute_ms / 1000)
     network = NetworkModel(alpha_s=(20.0 if alpha_us is None else alpha_us) * 1e-6,
                            beta_bytes_per_s=beta, group_setup_s=(group_setup_ms or 0.0) / 1000,
-                           cpu_s=(cpu_us or 0.0) * 1e-6, cores=cores)
+                           cpu_s=(cpu_us or 0.0) * 1e-6, cores=cores,
+                           gg_request_s=(gg_request_us or 0.0) * 1e-6)
     return SimModels(network, compute)
 
 

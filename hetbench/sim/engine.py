@@ -120,7 +120,7 @@ class Engine:
         self._slowdown[w] = slow
         t_sync = t + compute + slow
         self.t_sync[w] = t_sync
-        self.at(t_sync + self.protocol.ready_delay, self._ready, w)
+        self.at(t_sync, self._ready, w)
 
     def _ready(self, w: int) -> None:
         self.active += 1
@@ -223,6 +223,7 @@ class EventSink:
             "train_wall_s": ((max(ends) - min(starts)) / 1e9) if starts else 0.0,
             "final_test_loss": None, "final_test_accuracy": None,
             "final_consensus_distance": None, "torn_lines": 0,
+            "train_cpu_s": None,  # no process ran
             **dict(zip(("compute_s", "slowdown_s", "comm_s", "wait_s"),
                        (math.fsum(column) for column in zip(*self._sums, strict=True))
                        if self._sums else (0.0,) * 4, strict=True)),

@@ -41,6 +41,9 @@ class NetworkModel:
     cpu_s: float = 0.0
     #: Cores all simulated processes share (one machine); None: a core per process.
     cores: int | None = None
+    #: Seconds Prague's Group Generator spends on one request; it serves one at a time, in
+    #: arrival order (0: it answers at once).
+    gg_request_s: float = 0.0
 
     def __post_init__(self):
         if self.alpha_s < 0 or not math.isfinite(self.alpha_s):
@@ -53,6 +56,9 @@ class NetworkModel:
             raise UserError(f"CPU time per message must be >= 0, got {self.cpu_s * 1e6:g} us")
         if self.cores is not None and self.cores < 1:
             raise UserError(f"cores must be >= 1, got {self.cores}")
+        if self.gg_request_s < 0 or not math.isfinite(self.gg_request_s):
+            raise UserError(f"Group Generator time per request must be >= 0, got "
+                            f"{self.gg_request_s * 1e6:g} us")
 
     def share(self, active: int) -> float:
         """How much longer CPU work takes with `active` processes competing for the cores."""
@@ -207,6 +213,7 @@ class SimModels:
             "group_setup_ms": self.network.group_setup_s * 1e3,
             "cpu_per_message_us": self.network.cpu_s * 1e6,
             "cores": self.network.cores,
+            "gg_request_us": self.network.gg_request_s * 1e6,
             "compute_ms": self.compute.seconds(config) * 1e3,
             "compute_model": self.compute.describe(config),
             "model_bytes": layout(config).model_bytes,
@@ -214,8 +221,8 @@ class SimModels:
 
 
 def finished_real_runs(results_dir: Path):
-    """(run_dir, config dict) of every real run in results_dir that finished ok (unreadable,
-    failed and simulated runs skipped): what the fits learn from."""
+    """(run_dir, config dict, summary dict) of every real run in results_dir that finished ok
+    (unreadable, failed and simulated runs skipped): what the fits learn from."""
     from hetbench.harness.store import read_json
     from hetbench.reports.load import run_dirs
 
@@ -226,7 +233,7 @@ def finished_real_runs(results_dir: Path):
         except (OSError, ValueError):
             continue
         if summary.get("status") == "ok" and not summary.get("simulated"):
-            yield run_dir, config
+            yield run_dir, config, summary
 
 
 def fit_compute(results_dir: Path) -> ComputeModel:
@@ -246,7 +253,7 @@ def fit_compute(results_dir: Path) -> ComputeModel:
     if not results_dir.is_dir():
         raise UserError(f"--fit-from {results_dir}: no such directory")
     samples: dict[tuple[str, float], list[float]] = {}
-    for run_dir, config in finished_real_runs(results_dir):
+    for run_dir, config, _ in finished_real_runs(results_dir):
         try:
             injector = parse_slowdown(config["slowdown"], seed=config["seed"])
             injector.validate(config["workers"])
@@ -270,6 +277,26 @@ def fit_compute(results_dir: Path) -> ComputeModel:
                         fitted_from=str(results_dir))
 
 
+def fit_gg_request(results_dir: Path) -> float | None:
+    """Seconds the Group Generator spends per request, from real prague-smart/random runs: the
+    CPU its process spent serving (service-gg.cpu.json) over the run's iterations (one request
+    each); the median over runs. Python gRPC, not the grouping, is most of it (about 1 ms per
+    request on the validation machine, where GroupGenerator.request itself takes 5 us)."""
+    from hetbench.harness.store import SERVICE_CPU_FILE, read_json
+
+    per_request = []
+    for run_dir, config, summary in finished_real_runs(Path(results_dir)):
+        if config.get("algorithm") not in ("prague-smart", "prague-random"):
+            continue
+        try:
+            cpu = float(read_json(run_dir / SERVICE_CPU_FILE.format(name="gg"))["cpu_s"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if summary.get("iterations"):
+            per_request.append(cpu / summary["iterations"])
+    return statistics.median(per_request) if per_request else None
+
+
 def fit_alpha(results_dir: Path, beta_bytes_per_s: float) -> float | None:
     """Per-message latency that makes the ring all-reduce formula match real allreduce runs
     (no CPU term): the median over runs of `allreduce_hops`' per-hop cost; None if none."""
@@ -280,28 +307,35 @@ def fit_alpha(results_dir: Path, beta_bytes_per_s: float) -> float | None:
 def allreduce_hops(results_dir: Path, beta_bytes_per_s: float) -> list[tuple[int, int, float]]:
     """(workers, cores, seconds per hop) of every finished real allreduce run without slowdown.
 
-    A run's hop cost: its median post-warm-up comm_s (real allreduce counts waiting for a late
-    peer as communication, so only unslowed runs and the median are used), less the bandwidth
-    term, over the ring formula's 2(n-1) hops per bucket. cores: env.json's cpu_count.
+    A run's hop cost: per post-warm-up iteration, the comm_s of the worker whose gradient was
+    ready last (it waited for nobody: real allreduce counts waiting for a late peer as
+    communication, and the simulator draws that jitter from the fitted compute), the median
+    over iterations, less the bandwidth term, over the ring formula's 2(n-1) hops per bucket.
+    Runs with slowdown are left out: while a straggler sleeps the others are blocked and leave
+    the cores free, so their collectives are cheaper than a run's usual ones. cores: env.json's
+    cpu_count.
     """
     from hetbench.harness.store import read_jsonl
 
     hops = []
-    for run_dir, raw in finished_real_runs(results_dir):
+    for run_dir, raw, _ in finished_real_runs(results_dir):
         if raw.get("algorithm") != "allreduce" or raw.get("slowdown") != "none":
             continue
         config = RunConfig.from_dict(raw)
         n = config.workers
-        comm = [e["comm_s"] for r in range(n)
-                for e in read_jsonl(run_dir / f"events.rank{r}.jsonl")[0]
-                [config.warmup_iterations:]]
-        if not comm:
+        last: dict[int, tuple[int, float]] = {}  # iteration -> (ready at, comm_s) of the last
+        for r in range(n):
+            for e in read_jsonl(run_dir / f"events.rank{r}.jsonl")[0][config.warmup_iterations:]:
+                ready = e["t_start"] + round((e["compute_s"] + e["slowdown_s"]) * 1e9)
+                if ready > last.get(e["iteration"], (-1, 0.0))[0]:
+                    last[e["iteration"]] = (ready, e["comm_s"])
+        if not last:
             continue
         buckets = layout(config).bucket_bytes
         bandwidth = sum(2 * (n - 1) / n * b / beta_bytes_per_s for b in buckets)
+        comm = statistics.median(c for _, c in last.values())
         hops.append((n, run_cores(run_dir) or 1,
-                     max(statistics.median(comm) - bandwidth, 0.0)
-                     / (2 * (n - 1) * len(buckets))))
+                     max(comm - bandwidth, 0.0) / (2 * (n - 1) * len(buckets))))
     return hops
 
 
@@ -371,7 +405,7 @@ def fit_group_setup(results_dir: Path) -> float | None:
     from hetbench.harness.store import read_jsonl
 
     estimates = []
-    for run_dir, raw in finished_real_runs(results_dir):
+    for run_dir, raw, _ in finished_real_runs(results_dir):
         if raw.get("algorithm") not in ("prague-smart", "prague-random"):
             continue
         config = RunConfig.from_dict(raw)

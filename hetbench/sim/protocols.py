@@ -1,7 +1,7 @@
 """Each algorithm's synchronization step as simulated-time rules, one class per algorithm.
 
-A protocol is told `ready(w)` when worker w's gradient is ready (at engine.t_sync[w] plus
-`ready_delay`) and `finish(w, t)` when w's budget is spent; it calls engine.end_step when w's
+A protocol is told `ready(w)` when worker w's gradient is ready (at engine.t_sync[w]) and
+`finish(w, t)` when w's budget is spent; it calls engine.end_step when w's
 step is over and engine.done when w's finish() would return. Who waits for whom follows the real
 algorithm; the groups and neighbours come from the same pure code the real algorithm calls
 (hetbench.algorithms.topologies, prague.schedule, prague.generator), never from a copy.
@@ -22,8 +22,6 @@ if TYPE_CHECKING:
 class Protocol:
     """Default: no synchronization (each step ends when the gradient is ready)."""
 
-    #: Seconds after the gradient is ready at which `ready` runs (e.g. a request's flight time).
-    ready_delay = 0.0
     #: Server processes beside the workers, always competing for the CPU (CPU sharing).
     servers = 0
 
@@ -69,11 +67,12 @@ class AllReduceSim(Protocol):
 
 
 class PSSyncSim(Protocol):
-    """Gradients share the server's link in arrival order; parameters go back one by one.
+    """Gradients reach the server in arrival order; parameters go back one by one.
 
-    The server posts every receive (and later every send) at once, so the messages' latencies
-    (alpha and CPU time alike: the transport serves them concurrently) overlap and only their
-    bytes queue on its link: n gradients cost one hop + n * bytes/beta.
+    Each message flies one hop (alpha + its sender's CPU time) plus bytes/beta on the server's
+    link. The server handles one message at a time: its process spends the CPU time of every
+    receive and then of every send in turn (as PSAsyncSim's server does), so a step costs it
+    2n messages of CPU whatever the network; only the flights overlap.
     """
 
     servers = 1
@@ -90,13 +89,13 @@ class PSSyncSim(Protocol):
         self.arrived.append(w)
         if len(self.arrived) < self.n:
             return
-        t_sync, hop = self.eng.t_sync, self.net.hop(self.eng.active)
+        t_sync, hop, cpu = self.eng.t_sync, self.net.hop(self.eng.active), self.net.cpu_s
         free = 0.0
         for x in self.arrived:  # arrival order
-            free = max(free, t_sync[x] + hop) + self.push
+            free = max(free, t_sync[x] + hop + self.push) + cpu
         for i, x in enumerate(sorted(self.arrived)):  # the server sends to workers 0..n-1
-            end = free + hop + (i + 1) * self.pull
-            own = 2 * hop + self.push + self.pull
+            end = free + (i + 1) * (cpu + self.pull) + hop
+            own = 2 * (hop + cpu) + self.push + self.pull
             self.eng.end_step(x, end, end - t_sync[x] - own)
         self.arrived = []
 
@@ -324,7 +323,10 @@ class PragueGeneratedSim(Protocol):
     """prague-smart / prague-random: groups from the Group Generator, a server one alpha away.
 
     The generator is the real one (prague.generator.GroupGenerator) with the arguments the real
-    algorithm's services() gives it, driven by requests in simulated-time order.
+    algorithm's services() gives it, driven by requests in simulated-time order. Its server
+    answers one request at a time, in arrival order, each taking network.gg_request_s (the
+    real one is a single Python gRPC process: about 1 ms per request on the validation
+    machine), so requests queue when many workers ask at once.
     """
 
     def __init__(self, engine):
@@ -335,43 +337,56 @@ class PragueGeneratedSim(Protocol):
         spec = cls.generator_spec(self.config, self.n)
         self.gg = GroupGenerator(self.n, spec.pop("group_size"), seed=engine.config.seed, **spec)
         self.rpc = self.net.alpha_s  # one way; a request's round trip is 2 alpha
-        self.ready_delay = self.rpc
+        self.service = self.net.gg_request_s
+        self.gg_free = 0.0
         self.meetings = _Meetings(self)
         #: Event fields of each open group, encoded once for all its members.
         self._fields: dict[int, str] = {}
 
+    def _serve(self) -> float:
+        """A request sent now: when the server takes it (messages arrive in the order they
+        are sent, so the generator is called here, in that order: FIFO)."""
+        served = max(self.gg_free, self.eng.now + self.rpc)
+        self.gg_free = served + self.service
+        return served
+
+    def _ask(self, w: int, finished: bool = False):
+        """w asks for its next group now: (the group, or None once w is drained; when the
+        reply reaches w)."""
+        served = self._serve()
+        group = self.gg.request(w) if finished else self.gg.request(w, served)
+        return group, self.gg_free + self.rpc
+
     def ready(self, w):
-        group = self.gg.request(w, self.eng.now + self.rpc)
+        group, reply = self._ask(w)
         fields = self._fields.get(group.id)
         if fields is None:
             # What encode_fields would give, formatted directly: at 1024 workers this runs half
             # a million times, and json.dumps was a tenth of the simulation's time.
             members = ",".join(map(str, group.members))
-            fields = self._fields[group.id] = (
-                f',"group":[{members}],"gg_s":{2 * self.rpc!r},"group_id":{group.id}')
-        if self.meetings.join(group.id, group.members, w, self.eng.now + self.rpc, fields):
+            fields = self._fields[group.id] = f',"group":[{members}],"group_id":{group.id}'
+        own = f',"gg_s":{reply - self.eng.now!r}{fields}'
+        if self.meetings.join(group.id, group.members, w, reply, own):
             del self._fields[group.id]
 
     def met(self, w, end, wait_s, fields):
         if fields is None:  # a group of finish()
-            self.eng.at(end + self.rpc, self._drain, w)
+            self.eng.at(end, self._drain, w)
         else:
             self.eng.end_step(w, end, wait_s, fields)
 
     def finish(self, w, t):
-        self.eng.at(t + self.rpc, self._done, w)
-
-    def _done(self, w):
-        self.gg.finish(w)
-        self.eng.at(self.eng.now + 2 * self.rpc, self._drain, w)
+        self._serve()
+        self.gg.finish(w)  # Done
+        self.eng.at(self.gg_free + self.rpc, self._drain, w)
 
     def _drain(self, w):
         """finish(): P-Reduce the groups already queued for w, then stop."""
-        group = self.gg.request(w)
+        group, reply = self._ask(w, finished=True)
         if group is None:
             self.eng.done(w)
             return
-        if self.meetings.join(group.id, group.members, w, self.eng.now + self.rpc, None):
+        if self.meetings.join(group.id, group.members, w, reply, None):
             self._fields.pop(group.id, None)
 
 

@@ -25,6 +25,7 @@ from hetbench.sim.model import (
     SimModels,
     fit_alpha,
     fit_compute,
+    fit_gg_request,
     fit_group_setup,
     fit_latency,
     layout,
@@ -284,12 +285,22 @@ def test_fit_alpha_inverts_the_ring_formula_on_real_allreduce_runs():
     beta = 1.25e9
     alpha = fit_alpha(FIXTURES, beta)  # the only allreduce run without slowdown there
     cfg = RunConfig.from_dict(json.loads((run / "config.json").read_text()))
-    median = statistics.median(
+    # Per iteration, the collective of the worker whose gradient was ready last (it waited for
+    # nobody); the median over iterations.
+    last = {}
+    for r in range(2):
+        for e in read_jsonl(run / f"events.rank{r}.jsonl")[0][cfg.warmup_iterations:]:
+            ready = e["t_start"] / 1e9 + e["compute_s"] + e["slowdown_s"]
+            if ready > last.get(e["iteration"], (-1.0, 0.0))[0]:
+                last[e["iteration"]] = (ready, e["comm_s"])
+    collective = statistics.median(c for _, c in last.values())
+    everyone = statistics.median(
         e["comm_s"] for r in range(2)
         for e in read_jsonl(run / f"events.rank{r}.jsonl")[0][cfg.warmup_iterations:])
+    assert collective < everyone  # the median over all workers counts waiting for the last
     buckets = layout(cfg).bucket_bytes
     net = NetworkModel(alpha_s=alpha, beta_bytes_per_s=beta)
-    assert sum(net.ring_allreduce(b, 2) for b in buckets) == pytest.approx(median)
+    assert sum(net.ring_allreduce(b, 2) for b in buckets) == pytest.approx(collective)
 
 
 def test_fitted_compute_jitter_makes_synchronous_workers_wait(tmp_path):
@@ -333,21 +344,46 @@ def test_allreduce_on_shared_cores_pays_the_shared_cpu_per_hop(tmp_path):
     assert summary["sim"]["cores"] == 2 and summary["sim"]["cpu_per_message_us"] == 500
 
 
-def test_ps_sync_pays_one_shared_hop_each_way(tmp_path):
+def test_ps_sync_server_handles_one_message_at_a_time(tmp_path):
     net = NetworkModel(alpha_s=1e-3, beta_bytes_per_s=1e8, cpu_s=5e-4, cores=2)
     c = config("ps-sync", workers=4)
     summary = simulate(c, SimModels(net, ComputeModel()), tmp_path).summary
-    # 5 processes (4 workers and the server) share 2 cores: a hop is alpha + cpu_s * 5 / 2,
-    # paid once each way (the server posts all receives / sends at once). Replies leave one
-    # per pull apart, so workers arrive that far apart: a round is compute, a hop, the 4
-    # gradients' bytes, a hop, worker 0's reply.
+    # Each message flies one hop: alpha + its sender's CPU time, shared by the 5 processes (4
+    # workers and the server) on 2 cores. The server spends cpu_s on every receive, then on
+    # every send, one after another; its replies leave cpu_s + pull apart, so gradients arrive
+    # that far apart and each is received before the next lands. Worker 0's round: compute,
+    # a hop, its gradient's bytes, the n receives of the others after it... in all:
+    # compute + 2 hops + push + n pulls + (n + 1) server CPU times.
     hop = 1e-3 + 5e-4 * 5 / 2
     model = layout(c).model_bytes
     push, pull = (model + 4) / 1e8, model / 1e8
-    period = 0.020 + 2 * hop + 4 * push + pull
+    period = 0.020 + 2 * hop + push + 4 * pull + 5 * 5e-4
     assert summary["throughput"] == pytest.approx(4 * 32 / period, rel=1e-9)
     own = simulate(c, SimModels(replace(net, cores=None), ComputeModel()), tmp_path).summary
     assert own["throughput"] == pytest.approx(4 * 32 / (period - 2 * 5e-4 * 1.5), rel=1e-9)
+    # The server's CPU is paid per worker: 16 workers' rounds take 12 more server CPU times.
+    many = simulate(config("ps-sync", workers=16), SimModels(replace(net, cores=None),
+                                                             ComputeModel()), tmp_path).summary
+    period16 = 0.020 + 2 * 1.5e-3 + push + 16 * pull + 17 * 5e-4
+    assert many["throughput"] == pytest.approx(16 * 32 / period16, rel=1e-9)
+
+
+def test_group_generator_serves_requests_one_at_a_time(tmp_path):
+    alpha, service = 1e-3, 4e-3
+    net = NetworkModel(alpha_s=alpha, beta_bytes_per_s=1e8, gg_request_s=service)
+    c = config("prague-smart", workers=8, iterations=20)
+    run = simulate(c, SimModels(net, ComputeModel()), tmp_path)
+    first = sorted(e[0]["gg_s"] for e in events(run.run_dir, 8).values())
+    # All 8 ask at the same instant: the k-th one served waits for k - 1 before it.
+    assert first == pytest.approx([2 * alpha + k * service for k in range(1, 9)])
+    instant = simulate(c, SimModels(replace(net, gg_request_s=0.0), ComputeModel()),
+                       tmp_path / "instant")
+    assert [e[0]["gg_s"] for e in events(instant.run_dir, 8).values()] == pytest.approx(
+        [2 * alpha] * 8)
+    assert run.summary["throughput"] < instant.summary["throughput"]
+    assert run.summary["sim"]["gg_request_us"] == pytest.approx(4000)
+    with pytest.raises(UserError, match="Group Generator"):
+        NetworkModel(gg_request_s=-1.0)
 
 
 def _as_real_runs(runs: list[Path], cores: int) -> None:
@@ -414,6 +450,17 @@ def test_fit_group_setup_recovers_the_communicator_cost_from_the_groups_logged(t
     # differs by exactly the set-up cost (a P-Reduce of 2 costs the same otherwise).
     assert fit_group_setup(tmp_path / "real") == pytest.approx(0.005, rel=1e-6)
     assert fit_group_setup(FIXTURES) is None  # no prague-smart run there
+
+
+def test_fit_gg_request_is_the_generators_cpu_per_iteration(tmp_path):
+    runs = [simulate(config("prague-smart", workers=4, iterations=i, seed=i), MODELS,
+                     tmp_path / "real").run_dir for i in (20, 40, 60)]
+    _as_real_runs(runs, cores=2)
+    for run, per_request in zip(runs, (1e-3, 2e-3, 5e-3), strict=True):
+        iterations = json.loads((run / "summary.json").read_text())["iterations"]
+        (run / "service-gg.cpu.json").write_text(json.dumps({"cpu_s": per_request * iterations}))
+    assert fit_gg_request(tmp_path / "real") == pytest.approx(2e-3)  # the median
+    assert fit_gg_request(FIXTURES) is None  # no prague-smart run there
 
 
 def test_ps_async_workers_queued_at_the_server_do_not_compete_for_the_cores(tmp_path):

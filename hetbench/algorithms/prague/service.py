@@ -111,14 +111,16 @@ class GroupClient:
 
 @contextlib.contextmanager
 def gg_server(spec: dict[str, Any], log_path: Path | None = None,
-              host: str = "127.0.0.1") -> Iterator[dict[str, Any]]:
+              host: str = "127.0.0.1", cpu_path: Path | None = None) -> Iterator[dict[str, Any]]:
     """Run the Group Generator in its own process for the duration; yields its address and pid
     (the services a run's workers see).
 
     `spec` holds GroupGenerator's arguments (workers, group_size, delta_c, group_division,
     group_buffer, seed). The server's stderr goes to `log_path` when given. It listens on
     `host` (the run's bind_host: 127.0.0.1 unless a multi-node run sets 0.0.0.0, when workers
-    on other machines dial this machine's hostname).
+    on other machines dial this machine's hostname). With `cpu_path`, the CPU seconds the
+    server spent serving (from its port line to its stop; start-up excluded) are written there
+    as {"cpu_s": ...} where the OS tells (Linux /proc): the run's CPU cost includes them.
     """
     from hetbench.harness.rendezvous import advertised_host
 
@@ -129,7 +131,13 @@ def gg_server(spec: dict[str, Any], log_path: Path | None = None,
         stdout=subprocess.PIPE, stderr=log, start_new_session=True)
     try:
         port = _read_port(proc)
+        cpu_at_start = process_cpu_s(proc.pid)
         yield {"gg_address": f"{advertised_host(host)}:{port}", "gg_pid": proc.pid}
+        cpu_at_stop = process_cpu_s(proc.pid)
+        if cpu_path and cpu_at_start is not None and cpu_at_stop is not None:
+            from hetbench.harness.store import write_json_atomic
+
+            write_json_atomic(cpu_path, {"cpu_s": cpu_at_stop - cpu_at_start})
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -141,6 +149,15 @@ def gg_server(spec: dict[str, Any], log_path: Path | None = None,
         proc.stdout.close()
         if log_path:
             log.close()
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a running process (Linux /proc), None where unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _read_port(proc: subprocess.Popen) -> int:

@@ -23,7 +23,7 @@ from pathlib import Path
 from hetbench.algorithms.prague.common import PragueBase, PragueOptions
 from hetbench.errors import UserError
 from hetbench.harness.options import opt
-from hetbench.harness.store import read_json
+from hetbench.harness.store import SERVICE_CPU_FILE, read_json
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,7 +70,8 @@ class _GeneratedGroups(PragueBase):
         spec = {**cls.generator_spec(config, workers), "workers": workers,
                 "seed": run_config.get("seed", 0)}
         host = run_config.get("bind_host", "127.0.0.1")
-        with gg_server(spec, log_path=run_dir / "gg.log", host=host) as services:
+        with gg_server(spec, log_path=run_dir / "gg.log", host=host,
+                       cpu_path=run_dir / SERVICE_CPU_FILE.format(name="gg")) as services:
             yield services
 
     def setup(self, ctx, model, optimizer):
