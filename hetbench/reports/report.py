@@ -24,7 +24,7 @@ from hetbench.reports.timeline import choose_run, timeline_plot
 #: Columns of report.csv (the first six are a stable interface; scripts read them).
 CSV_COLUMNS = ["algorithm", "workload", "workers", "slowdown", "throughput",
                "throughput_vs_{baseline}", "throughput_std", "seeds", "final_test_accuracy",
-               "compute", "synthetic", "simulated", "pace_ms"]
+               "compute", "synthetic", "simulated", "pace_ms", "cpu_ms_per_iteration"]
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,12 @@ def throughput_table(runs: pd.DataFrame, baseline: str = "allreduce") -> pd.Data
     table = table.merge(base, on=CELL, how="left")
     table[f"throughput_vs_{baseline}"] = table["throughput"] / table["_base"]
     table = table.drop(columns="_base")
+    # CPU every process of the run spent per worker iteration (empty for simulated runs and runs
+    # of an older hetbench): what an algorithm costs the cores, beside its speed.
+    cpu_s = pd.to_numeric(ok["train_cpu_s"], errors="coerce") if "train_cpu_s" in ok else math.nan
+    cpu = ok[KEYS].assign(cpu_ms_per_iteration=cpu_s * 1e3 / ok["iterations"])
+    table = table.merge(cpu.groupby(KEYS)["cpu_ms_per_iteration"].mean().reset_index(),
+                        on=KEYS, how="left")
     for column in ("final_test_accuracy", "compute", "synthetic", "simulated", "pace_ms"):
         if column in ok:
             agg = "mean" if column == "final_test_accuracy" else "first"

@@ -73,6 +73,20 @@ def test_throughput_table_means_over_seeds_and_divides_by_allreduce():
     assert table.loc[("allreduce", "prob:3"), "throughput_std"] > 0
 
 
+def test_throughput_table_gives_the_cpu_per_iteration_where_runs_recorded_it():
+    runs = load_runs(RESULTS)
+    ok = runs["status"] == "ok"
+    # These checked-in runs predate the CPU records: the column is empty, not zero.
+    assert throughput_table(runs)["cpu_ms_per_iteration"].isna().all()
+    recorded = runs.copy()
+    recorded.loc[ok, "train_cpu_s"] = recorded.loc[ok, "iterations"] * (
+        0.002 * recorded.loc[ok, "seed"])  # 2 ms per iteration for seed 1, 4 ms for seed 2
+    table = throughput_table(recorded).set_index(["algorithm", "slowdown"])
+    seeds = recorded[ok].groupby(["algorithm", "slowdown"])["seed"].mean()
+    for key, mean_seed in seeds.items():
+        assert table.loc[key, "cpu_ms_per_iteration"] == pytest.approx(2 * mean_seed)
+
+
 def test_prague_table_blocks_normalise_to_allreduce_without_slowdown():
     table = throughput_table(load_runs(RESULTS))
     blocks = prague_table(table)
