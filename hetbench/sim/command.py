@@ -123,22 +123,16 @@ def _models(*, alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, gg_request_us
                 from hetbench.sim.model import fit_alpha
 
                 alpha_us = fit_alpha(fit_from, beta) * 1e6
-        if group_setup_ms is None:
-            from hetbench.sim.model import fit_group_setup
+        from hetbench.sim.model import fit_gg_request, fit_group_setup
 
-            setup = fit_group_setup(fit_from)
-            if setup is not None:
-                group_setup_ms = setup * 1e3
-                click.echo(f"P-Reduce communicator set-up fitted from the prague-smart/random "
-                           f"runs in {fit_from}: {group_setup_ms:.2f} ms per cache miss")
-        if gg_request_us is None:
-            from hetbench.sim.model import fit_gg_request
-
-            served = fit_gg_request(fit_from)
-            if served is not None:
-                gg_request_us = served * 1e6
-                click.echo(f"Group Generator time per request fitted from the prague-smart/"
-                           f"random runs in {fit_from}: {gg_request_us:.0f} us")
+        prague_runs = f"the prague-smart/random runs in {fit_from}"
+        group_setup_ms = _unless_given(
+            group_setup_ms, lambda: fit_group_setup(fit_from), 1e3,
+            lambda ms: f"P-Reduce communicator set-up fitted from {prague_runs}: {ms:.2f} ms "
+                       "per cache miss")
+        gg_request_us = _unless_given(
+            gg_request_us, lambda: fit_gg_request(fit_from), 1e6,
+            lambda us: f"Group Generator time per request fitted from {prague_runs}: {us:.0f} us")
     else:
         compute = ComputeModel(constant_s=None if compute_ms is None else compute_ms / 1000)
     network = NetworkModel(alpha_s=(20.0 if alpha_us is None else alpha_us) * 1e-6,
@@ -146,6 +140,18 @@ def _models(*, alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, gg_request_us
                            cpu_s=(cpu_us or 0.0) * 1e-6, cores=cores,
                            gg_request_s=(gg_request_us or 0.0) * 1e-6)
     return SimModels(network, compute)
+
+
+def _unless_given(given, fit, scale: float, describe):
+    """The flag's value if given; else fit() * scale, said with describe(value) (None if the
+    runs had nothing to fit it from)."""
+    if given is not None:
+        return given
+    fitted = fit()
+    if fitted is None:
+        return None
+    click.echo(describe(fitted * scale))
+    return fitted * scale
 
 
 def _against(real_dir: Path, models, out_dir: Path, own_cores: bool = True) -> None:
