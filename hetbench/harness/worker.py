@@ -108,9 +108,8 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous,
         comm.barrier()  # common start: nobody's clock runs during the others' set-up
         _note(rank, "training")
         t0_ns = time.time_ns()
-        # This process's CPU time (all its threads) while training: with more processes than
-        # cores, the CPU, not the network, can bound a run (bench sim fits its capacity model
-        # from it).
+        # This process's CPU time (all its threads) while training: what the run cost the cores
+        # (summary.json's train_cpu_s, report.csv's cpu_ms_per_iteration).
         cpu0_s = time.process_time()
         if not ctx.is_worker:
             _progress["phase"] = "serving"
@@ -168,7 +167,7 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
     log = EventLog(run_dir / f"events.rank{rank}.jsonl")
     iteration = 0
     # The process's CPU time (all threads: a receiver thread's too) since the previous event:
-    # what one iteration costs the cores, whether or not it waited (bench sim's capacity bound).
+    # what one iteration costs the cores, whether or not it waited.
     cpu_mark_s = time.process_time()
     try:
         while True:
