@@ -150,7 +150,12 @@ class GroupGenerator:
 
     def close(self, w: int, v: int) -> bool:
         """The threshold rule between two workers (either may be the requester)."""
-        return self.delta_c is None or abs(self.counts[w] - self.counts[v]) < self.delta_c
+        return self._within_threshold(*sorted((self.counts[w], self.counts[v])))
+
+    def _within_threshold(self, lowest: int, highest: int) -> bool:
+        """The threshold rule over a set of workers, from their lowest and highest counts: it
+        holds between every pair iff it holds between those two."""
+        return self.delta_c is None or highest - lowest < self.delta_c
 
     def eligible(self, requester: int) -> list[int]:
         """Workers that may join a group generated for `requester` (itself excluded)."""
@@ -233,9 +238,9 @@ class GroupGenerator:
         """Add workers from `pool`, in its (random) order, that pass the threshold rule with
         every member so far (and `fits`), up to group_size; returns the group and the pool
         left over."""
-        # The rule holds between every pair iff it holds between the extreme counts. (This
-        # runs for every worker of every division: a hot path of 1024-worker simulations.)
-        counts, delta, size = self.counts, self.delta_c, self.group_size
+        # The rule is checked against the group's extreme counts, not every member: this runs
+        # for every worker of every division (a hot path of 1024-worker simulations).
+        counts, size = self.counts, self.group_size
         lo, hi = min(counts[m] for m in group), max(counts[m] for m in group)
         rest = []
         for i, w in enumerate(pool):
@@ -246,7 +251,7 @@ class GroupGenerator:
                 break
             c = counts[w]
             c_lo, c_hi = (c, hi) if c < lo else (lo, c) if c > hi else (lo, hi)
-            if (delta is None or c_hi - c_lo < delta) and (fits is None or fits(w)):
+            if self._within_threshold(c_lo, c_hi) and (fits is None or fits(w)):
                 group.append(w)
                 lo, hi = c_lo, c_hi
             else:
