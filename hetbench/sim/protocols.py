@@ -350,12 +350,12 @@ class PragueGeneratedSim(Protocol):
         self.gg_free = served + self.service
         return served
 
-    def _ask(self, w: int, finished: bool = False):
+    def _ask(self, w: int):
         """w asks for its next group now: (the group, or None once w is drained; when the
-        reply reaches w)."""
+        reply reaches w). Every request carries the time the server takes it, as the real
+        server stamps every request with its clock, those of finish() included."""
         served = self._serve()
-        group = self.gg.request(w) if finished else self.gg.request(w, served)
-        return group, self.gg_free + self.rpc
+        return self.gg.request(w, served), self.gg_free + self.rpc
 
     def ready(self, w):
         group, reply = self._ask(w)
@@ -382,7 +382,7 @@ class PragueGeneratedSim(Protocol):
 
     def _drain(self, w):
         """finish(): P-Reduce the groups already queued for w, then stop."""
-        group, reply = self._ask(w, finished=True)
+        group, reply = self._ask(w)
         if group is None:
             self.eng.done(w)
             return
