@@ -17,6 +17,8 @@ from hetbench.harness.config import RunConfig
 
 #: Bytes per model element (float32, as every built-in workload trains in).
 ELEMENT_BYTES = 4
+#: Algorithms whose groups come from the Group Generator (its server, its P-Reduce groups).
+GENERATED_GROUPS = ("prague-smart", "prague-random")
 
 
 @dataclass(frozen=True)
@@ -286,7 +288,7 @@ def fit_gg_request(results_dir: Path) -> float | None:
 
     per_request = []
     for run_dir, config, summary in finished_real_runs(Path(results_dir)):
-        if config.get("algorithm") not in ("prague-smart", "prague-random"):
+        if config.get("algorithm") not in GENERATED_GROUPS:
             continue
         try:
             cpu = float(read_json(run_dir / SERVICE_CPU_FILE.format(name="gg"))["cpu_s"])
@@ -406,7 +408,7 @@ def fit_group_setup(results_dir: Path) -> float | None:
 
     estimates = []
     for run_dir, raw, _ in finished_real_runs(results_dir):
-        if raw.get("algorithm") not in ("prague-smart", "prague-random"):
+        if raw.get("algorithm") not in GENERATED_GROUPS:
             continue
         config = RunConfig.from_dict(raw)
         cache_size = config.algorithm_config().cache_size
