@@ -47,8 +47,8 @@ test-quick: setup
 # idle (waits for timeouts, paced and sleeping ranks) and does not disturb their timing (a plain
 # `nice` would not do: processes in other autogroups share the CPU by group). When the suite
 # without test_horovod.py is done, the build's autogroup goes back to nice 0 (allowed
-# unprivileged); test_horovod.py runs once horovod is built. A failed build fails `make test` (its output is printed; whole log:
-# build/horovod-build.log).
+# unprivileged); test_horovod.py runs once horovod is built. A failed build fails `make test`
+# (its output is printed; whole log: build/horovod-build.log).
 test-ci: setup
 	$(VENV)/bin/ruff check hetbench tests benchmarks
 	@mkdir -p build; \
