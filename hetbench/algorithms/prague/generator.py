@@ -13,32 +13,42 @@ New groups are appended to every member's buffer. Groups get increasing ids and 
 id order, so every worker runs its groups in one global order: no two workers can wait on each
 other in a cycle, i.e. groups never conflict, however they overlap across generations.
 
-The threshold rule (Prague: w joins requester i's group only if c_w > c_i - delta_c) is applied
-to every pair of members of every generated group: |c_w - c_v| < delta_c. Why pairwise: with the
-Group Buffer, a group made on i's request is later handed to each of its members as the answer
-to *their* request, so each of them is a requester of it. One-sided, the rule kept a straggler s
-out of fast requesters' groups but put fast workers into s's own groups and into the divisions
-its requests make; a transiently slowed worker then waited in full groups instead of catching up
-alone, which is what the rule is for (measured in bench sim and real runs: docs/bench-prague.md).
+The threshold rule (Prague, ASPLOS'20: w joins requester i's group only if c_w > c_i - delta_c)
+comes in two forms. `threshold_rule = "requester"` (the default) is the paper's: a group division
+made on i's request leaves out every worker at least delta_c requests behind i; workers ahead of
+i are never left out. `"pairwise"` (hetbench's variant) applies the rule to every pair of members
+of every generated group, |c_w - c_v| < delta_c, since with the Group Buffer each member of a
+group later receives it as the answer to its own request. Pairwise keeps a transiently slowed
+worker out of full groups, but it also separates workers that merely drifted apart: a worker left
+alone steps faster, drifts further, and is never grouped again (measured in real 4-worker runs
+without any slowdown: 66-78% of iterations alone with delta_c 2), so it is not the default.
+
+delta_c must exceed the gap that Group Division itself creates. Divisions are made one at a time
+and every worker runs one group of each: when the first worker of a division asks for the next
+one (its count just went up), a worker still in the previous division's P-Reduce has not yet
+asked for the current one, so it is 2 requests behind without being slow at all. With delta_c 2
+such a worker counted as a straggler, was left out, and the requester ran alone; delta_c 4 (the
+default) leaves a margin of two requests above that gap.
 
 The buffer limit bounds how many peers a worker that has fallen behind can hold up: each queued
 group commits group_size - 1 others to wait for it. Unbounded, a worker that stalled collects a
 group from every division made meanwhile, and (while everyone waits for it) the counts stay
 within delta_c of each other, so the threshold rule never separates it.
 
-arrival_order (hetbench's addition; the paper draws groups uniformly at random): a group is
-committed while most of its members are still computing, and every member then waits for the
-last one, so random groups of workers at random points of their steps wait about half a step
-each. With request times, the generator knows when each worker took its current group and when
-that group was complete (its last member asked), hence when each worker should ask next: that
-completion plus the median "work" time (completion to next request: P-Reduce plus compute).
-The requester gets the partners expected soonest, and the division groups workers expected at
-about the same time. A worker past its expected time (slowed, most likely), or waiting in a
-group with one, is late: it is never grouped with workers on time (they would wait for it), only
-with other late ones; a requester with nobody on time eligible runs alone. Expected
-times are coarsened to quarters of a work time and ties keep the random shuffle's order, so
-groups keep mixing (strict ordering pinned the same pairs forever). Group Division, the Group
-Buffer's global order and the threshold rule are unchanged: groups still never conflict.
+arrival_order (hetbench's addition, off by default; the paper draws groups uniformly at
+random): a group is committed while most of its members are still computing, and every member
+then waits for the last one, so random groups of workers at random points of their steps wait
+about half a step each. With request times, the generator knows when each worker took its
+current group and when that group was complete (its last member asked), hence when each worker
+should ask next: that completion plus the median "work" time (completion to next request:
+P-Reduce plus compute). The requester gets the partners expected soonest, and the division
+groups workers expected at about the same time. A worker more than one work time past its
+expected time (slowed, most likely), or waiting in a group with one, is late: it is never grouped
+with workers on time (they would wait for it), only with other late ones; a requester with
+nobody but late workers eligible runs alone. Expected times are coarsened to quarters of a work
+time and ties keep the random shuffle's order, so groups keep mixing (strict ordering pinned the
+same pairs forever). Group Division, the Group Buffer's global order and the threshold rule are
+unchanged: groups still never conflict.
 """
 
 from __future__ import annotations
@@ -57,6 +67,16 @@ def _median(samples) -> float:
     return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
 
 
+#: arrival_order: a worker more than this many of its work times past its expected request is
+#: late (slowed, most likely). A quarter, as first shipped, also caught workers that were merely
+#: jittered and left their requesters alone in runs without any slowdown; a 5x slowdown is four
+#: work times late, so one work time still catches it.
+LATE_AFTER = 1.0
+
+#: "requester": the paper's c_w > c_i - delta_c; "pairwise": every pair within delta_c.
+THRESHOLD_RULES = ("requester", "pairwise")
+
+
 @dataclass(frozen=True)
 class Group:
     """One P-Reduce: its place in the global order and its sorted members."""
@@ -71,13 +91,16 @@ class GroupGenerator:
     def __init__(self, workers: int, group_size: int, *, delta_c: int | None = 2,
                  group_division: bool = True, group_buffer: bool = True,
                  buffer_limit: int | None = None, arrival_order: bool = False,
-                 seed: int = 0):
+                 threshold_rule: str = "requester", seed: int = 0):
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if not 2 <= group_size <= workers:
             raise ValueError(f"group_size must be in 2..{workers}, got {group_size}")
         if delta_c is not None and delta_c < 1:
             raise ValueError(f"delta_c must be >= 1, got {delta_c}")
+        if threshold_rule not in THRESHOLD_RULES:
+            raise ValueError(f"threshold_rule must be one of {', '.join(THRESHOLD_RULES)}, "
+                             f"got {threshold_rule!r}")
         if buffer_limit is not None and buffer_limit < 1:
             raise ValueError(f"buffer_limit must be >= 1 (or None: unbounded), got {buffer_limit}")
         self.workers = workers
@@ -85,6 +108,7 @@ class GroupGenerator:
         self.delta_c = delta_c
         self.group_division = group_division
         self.arrival_order = arrival_order
+        self.pairwise = threshold_rule == "pairwise"
         self.group_buffer = group_buffer
         #: Most groups a worker's buffer may hold (a new group needs room in every member's).
         self.buffer_limit = (1 if not group_buffer else
@@ -149,8 +173,12 @@ class GroupGenerator:
         return len(self.buffers[worker])
 
     def close(self, w: int, v: int) -> bool:
-        """The threshold rule between two workers (either may be the requester)."""
+        """The pairwise threshold rule between two workers (either may be the requester)."""
         return self._within_threshold(*sorted((self.counts[w], self.counts[v])))
+
+    def not_behind(self, w: int, requester: int) -> bool:
+        """The paper's threshold rule: c_w > c_requester - delta_c."""
+        return self.delta_c is None or self.counts[w] > self.counts[requester] - self.delta_c
 
     def _within_threshold(self, lowest: int, highest: int) -> bool:
         """The threshold rule over a set of workers, from their lowest and highest counts: it
@@ -159,10 +187,11 @@ class GroupGenerator:
 
     def eligible(self, requester: int) -> list[int]:
         """Workers that may join a group generated for `requester` (itself excluded)."""
+        rule = self.close if self.pairwise else self.not_behind
         return [
             w for w in range(self.workers)
             if w != requester and w not in self.done
-            and len(self.buffers[w]) < self.buffer_limit and self.close(w, requester)
+            and len(self.buffers[w]) < self.buffer_limit and rule(w, requester)
         ]
 
     def work_time(self, worker: int | None = None) -> float:
@@ -177,8 +206,8 @@ class GroupGenerator:
         """When each worker (of `workers`, default all) should next ask, seen at time `now`
         (arrival_order; needs request times): when the group it took last is complete (its
         last member asks; predicted the same way for members still to ask) plus its work time.
-        +inf for a worker that is late (expected more than a quarter of its work time before
-        now: slowed, most likely) or whose group waits on a late one."""
+        +inf for a worker that is late (expected more than LATE_AFTER work times before now:
+        slowed, most likely) or whose group waits on a late one."""
         memo: dict[int, float] = {}
 
         def completion(group_id: int) -> float:
@@ -193,7 +222,7 @@ class GroupGenerator:
             if w not in memo:
                 group_id, work = self._current[w], self.work_time(w)
                 expected = now if group_id is None else completion(group_id) + work
-                memo[w] = expected if expected >= now - work / 4 else float("inf")
+                memo[w] = expected if expected >= now - work * LATE_AFTER else float("inf")
             return memo[w]
 
         return {w: arrival(w) for w in (range(self.workers) if workers is None else workers)}
@@ -208,8 +237,9 @@ class GroupGenerator:
                 self._divide(rest)
             return
         # Whoever is in a group waits for its last member. So: the requester (here now) gets
-        # the partners expected soonest, and only those expected within one step (else it runs
-        # alone); the division groups neighbours in expected time, late workers only with late
+        # the partners expected soonest, never a late one (it runs alone if only late ones are
+        # eligible; it did so too when nobody was expected within one step, which left
+        # homogeneous workers alone for asking at a different moment); the division groups neighbours in expected time, late workers only with late
         # ones. Times are coarsened to quarters of a step, and stable sorts keep the shuffle's
         # order among equals, so that groups keep mixing. (A horizon inside the division too
         # was measured in bench sim: no better, and it leaves workers out of divisions.)
@@ -219,7 +249,7 @@ class GroupGenerator:
         quarter = step / 4 or 1.0
         others.sort(key=lambda w: when[w] if when[w] == inf else (when[w] - now) // quarter)
 
-        group, rest = self._fill([requester], others, lambda w: when[w] <= now + step)
+        group, rest = self._fill([requester], others, lambda w: when[w] != inf)
         self._add(group)
         if self.group_division:
             self._divide(rest, lambda leader: lambda w: (when[w] == inf) == (when[leader] == inf))
@@ -235,9 +265,9 @@ class GroupGenerator:
 
     def _fill(self, group: list[int], pool: list[int],
               fits=None) -> tuple[list[int], list[int]]:
-        """Add workers from `pool`, in its (random) order, that pass the threshold rule with
-        every member so far (and `fits`), up to group_size; returns the group and the pool
-        left over."""
+        """Add workers from `pool`, in its (random) order, that pass `fits` and (pairwise rule)
+        the threshold rule with every member so far, up to group_size; returns the group and
+        the pool left over. (Under the paper's rule the pool holds only eligible workers.)"""
         # The rule is checked against the group's extreme counts, not every member: this runs
         # for every worker of every division (a hot path of 1024-worker simulations).
         counts, size = self.counts, self.group_size
@@ -251,7 +281,8 @@ class GroupGenerator:
                 break
             c = counts[w]
             c_lo, c_hi = (c, hi) if c < lo else (lo, c) if c > hi else (lo, hi)
-            if self._within_threshold(c_lo, c_hi) and (fits is None or fits(w)):
+            if ((not self.pairwise or self._within_threshold(c_lo, c_hi))
+                    and (fits is None or fits(w))):
                 group.append(w)
                 lo, hi = c_lo, c_hi
             else:

@@ -1,17 +1,17 @@
 """prague-smart: groups from the smart Group Generator, a gRPC service in its own process.
 
-Random groups of `group_size`, Group Division, Group Buffer and the threshold rule (generator.py),
-and (`arrival_order`, on by default; hetbench's addition) members chosen by when the server expects
-them to ask next, so that a group's members arrive together.
-Defaults (pairs, delta_c 2, at most one queued group per worker) are the ones that tolerate random
-stragglers best in bench sim and in real 16-worker runs (docs/bench-prague.md, "Defaults"): every
-member of a group waits for its slowest, and a group is committed before anyone knows who will be
-slowed, so the fewer peers a group (and a buffer) ties to a worker, the less a straggler holds up.
-With buffer_limit 1 the Group Buffer still queues a group for a busy worker (it runs it when it
-next asks), just never a second one; group_buffer = false means the same, buffer_limit = 0 is the
-paper's unbounded buffer.
+The defaults are the paper's Group Generator (Luo et al., "Prague: High-Performance
+Heterogeneity-Aware Asynchronous Decentralized Training", ASPLOS 2020): random conflict-free
+groups from Group Division, an unbounded Group Buffer per worker, and the one-sided threshold rule
+(w joins requester i's groups only if c_w > c_i - delta_c). group_size 2 and delta_c 4 are
+hetbench's choices (the slides give no values; generator.py says why delta_c must exceed 2).
+
+hetbench's variants, all off by default because they depart from the paper (generator.py and
+docs/bench-prague.md have the measurements): `threshold_rule = "pairwise"`, a `buffer_limit`,
+and `arrival_order` (members chosen by when the server expects them to ask next).
 finish() tells the generator the worker is done, then drains the groups already queued for it,
-so no peer is left waiting in a group with a worker that has stopped.
+so no peer is left waiting in a group with a worker that has stopped; those P-Reduces come after
+the worker's last iteration and are counted in done.rank<r>.json.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from hetbench.algorithms.prague.common import PragueBase, PragueOptions
 from hetbench.errors import UserError
@@ -29,13 +30,16 @@ from hetbench.harness.store import SERVICE_CPU_FILE, read_json
 @dataclass(frozen=True, kw_only=True)
 class PragueSmartOptions(PragueOptions):
     group_size: int = opt(2, "workers per generated group")
-    delta_c: int = opt(2, "threshold rule: members' request counts differ by less than delta_c")
+    delta_c: int = opt(4, "threshold rule: a worker delta_c or more requests behind is left out")
+    threshold_rule: Literal["requester", "pairwise"] = opt(
+        "requester", "requester: the paper's c_w > c_requester - delta_c; pairwise (hetbench's "
+                     "variant): every pair of members within delta_c")
     group_division: bool = opt(True, "one request partitions all eligible workers into groups")
     group_buffer: bool = opt(True, "queue groups for busy workers (else only idle ones join)")
-    buffer_limit: int = opt(1, "most groups queued per worker (0 = unbounded); a worker with a "
-                               "full buffer is left out of new groups")
-    arrival_order: bool = opt(True, "group workers expected to ask at about the same time "
-                                    "(from their request times), late ones last")
+    buffer_limit: int = opt(0, "most groups queued per worker (0 = unbounded, the paper's); a "
+                               "worker with a full buffer is left out of new groups")
+    arrival_order: bool = opt(False, "hetbench's variant: group workers expected to ask at about "
+                                     "the same time (from their request times), late ones last")
 
     def __post_init__(self):
         super().__post_init__()
@@ -103,4 +107,4 @@ class PragueSmart(_GeneratedGroups):
         return {"group_size": config.group_size, "delta_c": config.delta_c,
                 "group_division": config.group_division, "group_buffer": config.group_buffer,
                 "buffer_limit": config.buffer_limit or None,
-                "arrival_order": config.arrival_order}
+                "arrival_order": config.arrival_order, "threshold_rule": config.threshold_rule}
