@@ -33,6 +33,9 @@ from hetbench.harness.tensors import flat_params, set_flat_params
 REQUEST_TAG, REPLY_TAG = 51, 52
 #: First element of a request: average with this model, or this active worker is done.
 AVERAGE, DONE = 0.0, 1.0
+#: A request is [kind, the active worker's iteration, its model]; a reply is [the average, the
+#: passive worker's iteration]: each side learns how far apart the averaged models were.
+REQUEST_HEADER = 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,11 +74,14 @@ class ADPSGD(Algorithm):
         self._comm = ctx.comm
         self._channel = ctx.comm.channel("adpsgd")
         n = flat_params(model).numel()
-        self._request = torch.zeros(1 + n, device=ctx.device)
-        self._reply = torch.empty(n, device=ctx.device)
+        self._request = torch.zeros(REQUEST_HEADER + n, device=ctx.device)
+        self._reply = torch.empty(n + 1, device=ctx.device)
         self._lock = threading.Lock()
         self._current: torch.Tensor | None = None
+        self._steps = 0
+        # Averagings served since the passive worker's last step, and their iteration gaps.
         self._served = 0
+        self._served_gaps = 0
         self._error: BaseException | None = None
         self._server: threading.Thread | None = None
         if not self.active:
@@ -95,10 +101,12 @@ class ADPSGD(Algorithm):
                     continue
                 with self._lock, torch.no_grad():
                     mine = self._current if self._current is not None else flat_params(model)
-                    average = (mine + request[1:]) / 2
+                    average = (mine + request[REQUEST_HEADER:]) / 2
                     self._current = average
                     self._served += 1
-                self._comm.send_on(self._channel, average, dst=src, tag=REPLY_TAG)
+                    self._served_gaps += abs(int(request[1].item()) - self._steps)
+                    reply = torch.cat([average, average.new_tensor([self._steps])])
+                self._comm.send_on(self._channel, reply, dst=src, tag=REPLY_TAG)
         except BaseException as exc:  # handed to the main thread, which raises it
             self._error = exc
 
@@ -119,20 +127,35 @@ class ADPSGD(Algorithm):
                 wait_s = time.perf_counter() - start
                 self._install(model)
                 optimizer.step()
-                served, self._served = self._served, 0
-            return StepInfo(wait_s=wait_s, fields={"served": served})
+                served, gaps = self._served, self._served_gaps
+                self._served = self._served_gaps = 0
+                self._steps += 1
+            return StepInfo(wait_s=wait_s, peers=served,
+                            staleness=gaps / served if served else None,
+                            fields={"served": served})
         peer = int(self.neighbours[ctx.rng.integers(len(self.neighbours))])
         self._request[0] = AVERAGE
-        self._request[1:] = flat_params(model)
+        self._request[1] = self._steps
+        self._request[REQUEST_HEADER:] = flat_params(model)
         start = time.perf_counter()
         self._comm.send_on(self._channel, self._request, dst=peer, tag=REQUEST_TAG)
         self._comm.recv_on(self._channel, self._reply, src=peer, tag=REPLY_TAG)
         wait_s = time.perf_counter() - start
-        set_flat_params(model, self._reply)
+        set_flat_params(model, self._reply[:-1])
         optimizer.step()  # the gradient was computed on the model before the average
-        return StepInfo(wait_s=wait_s, fields={"peer": peer})
+        gap = abs(self._steps - int(self._reply[-1].item()))
+        self._steps += 1
+        return StepInfo(wait_s=wait_s, peers=1, staleness=float(gap), fields={"peer": peer})
+
+    @classmethod
+    def intended_sync_share(cls, config, workers):
+        # Active workers average every iteration; a passive one only in iterations in which an
+        # active neighbour happened to ask it, which depends on the relative speeds.
+        active, _ = topologies.bipartite_split(workers)
+        return len(active) / workers
 
     def finish(self, ctx, model):
+        served_after = 0
         if self.active:
             self._request.zero_()
             self._request[0] = DONE
@@ -147,6 +170,9 @@ class ADPSGD(Algorithm):
                 raise RuntimeError(f"adpsgd server failed: {self._error!r}") from self._error
             with self._lock:
                 self._install(model)
+                # Served after this worker's last iteration: in no event line, so on record here.
+                served_after = self._served
         # Workers finish far apart under a fixed straggler; the evaluation's collectives must
         # not start (and time out) while one is still training.
         ctx.comm.wait_for_arrivals("adpsgd-finished", ctx.workers)
+        return {"averagings_after_training": served_after}

@@ -159,10 +159,10 @@ class AllReduce(Algorithm):
             # Waits for the all-reduces the backward hooks started (and starts those of
             # gradients no hook saw, e.g. under emulated compute), then the local update.
             self._hvd_optimizer.step()
-            return StepInfo()
+            return self._synced(ctx)
         if self._forward_wrapped:
             optimizer.step()  # DDP averaged the gradients during backward
-            return StepInfo()
+            return self._synced(ctx)
         # impl = buckets, or ddp without forward passes (emulated compute): average here.
         for bucket in self._buckets:
             grads = [p.grad for p in bucket]
@@ -173,7 +173,12 @@ class AllReduce(Algorithm):
                 g.copy_(flat[offset:offset + g.numel()].view_as(g))
                 offset += g.numel()
         optimizer.step()
-        return StepInfo()
+        return self._synced(ctx)
+
+    @staticmethod
+    def _synced(ctx) -> StepInfo:
+        """Every worker's gradient of this very iteration went into the average."""
+        return StepInfo(peers=ctx.workers - 1, staleness=0.0)
 
     def finish(self, ctx, model):
         if self.config.impl == "horovod":

@@ -33,6 +33,13 @@ class StepInfo:
     wait_s: float = 0.0
     #: The worker's next iteration number when the algorithm jumps ahead (Hop's skipping).
     next_iteration: int | None = None
+    #: Other workers whose models or gradients this step mixed into this worker's model (0: a
+    #: purely local step). Reports turn it into synchronization health (the share of iterations
+    #: that averaged with a peer, the mean group size); None means the algorithm does not say.
+    peers: int | None = None
+    #: Mean age of what was mixed in, in iterations: how far the peers' models were from this
+    #: worker's iteration (0 when everyone is at the same one). ps-async counts server updates.
+    staleness: float | None = None
     #: Algorithm-specific event fields: group members, neighbours used, skipped iterations.
     fields: dict[str, Any] = field(default_factory=dict)
 
@@ -70,6 +77,13 @@ class Algorithm(ABC):
         yield {}
 
     @classmethod
+    def intended_sync_share(cls, config: Any, workers: int) -> float:
+        """The share of iterations in which the protocol means a worker to average with at
+        least one peer (StepInfo.peers > 0). A report flags runs that fall markedly below it:
+        a throughput win bought by synchronizing less than the protocol intends."""
+        return 1.0
+
+    @classmethod
     def validate(cls, config: Any, workers: int) -> None:
         """Raise UserError if `config` cannot run with `workers` workers."""
 
@@ -94,8 +108,10 @@ class Algorithm(ABC):
         """The whole life of a server rank (see server_ranks); returns when all workers are done."""
         raise NotImplementedError(f"{self.name} has no server ranks")
 
-    def finish(self, ctx: WorkerContext, model: nn.Module) -> None:
+    def finish(self, ctx: WorkerContext, model: nn.Module) -> dict[str, Any] | None:
         """Called on every worker after its budget is spent, before the final evaluation.
 
         Asynchronous algorithms drain here: answer peers' pending requests until all are done.
+        Return what the drain did, for done.rank<r>.json: every averaging must be on record, so
+        count those after the last iteration as {"averagings_after_training": n}.
         """

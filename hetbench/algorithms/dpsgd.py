@@ -90,4 +90,5 @@ class DPSGD(Algorithm):
                     [(self.weights[j], self._inbox[j]) for j in self.neighbours])
         set_flat_params(model, mixed)
         optimizer.step()
-        return StepInfo(wait_s=wait_s)
+        # Synchronous gossip: every neighbour's model of this same iteration.
+        return StepInfo(wait_s=wait_s, peers=len(self.neighbours), staleness=0.0)

@@ -268,7 +268,11 @@ class Hop(Algorithm):
         with self._cond:
             wait_s += self._wait(lambda: self._tokens_ready(following), "tokens")
         self.iteration = following
-        return StepInfo(wait_s=wait_s, next_iteration=following, fields=fields)
+        # Staleness: how many iterations each neighbour's update was from k (behind it, or
+        # ahead of it when this worker skips to its neighbours' models).
+        staleness = sum(abs(k - it) for it, _ in used.values()) / len(used) if used else None
+        return StepInfo(wait_s=wait_s, next_iteration=following, peers=len(used),
+                        staleness=staleness, fields=fields)
 
     def finish(self, ctx, model):
         with self._cond:

@@ -9,6 +9,9 @@ point-to-point message carries both data and control.
   crosses the server (the central bottleneck).
 - ps-async: the server applies each gradient as it arrives (from any worker) and returns fresh
   parameters to that worker only; fast workers are never held back, but apply stale gradients.
+
+Replies carry the server's update count after the parameters, so a worker knows how stale its
+gradient was: the updates other workers made between its previous pull and its push.
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ class _ParameterServer(Algorithm):
         ctx.comm.broadcast_(params, src=self.server)
         set_flat_params(model, params)
         self._message = torch.zeros(params.numel() + 1, device=ctx.device)
-        self._params = params
+        # The server's reply: parameters, then its update count (exact in float32 to 2^24).
+        self._reply = torch.zeros(params.numel() + 1, device=ctx.device)
+        self._pulled_version = 0
 
     def _push(self, ctx, model, flag: float) -> None:
         if flag == GRADIENT:
@@ -46,9 +51,19 @@ class _ParameterServer(Algorithm):
     @torch.no_grad()
     def step(self, ctx, model, optimizer):
         self._push(ctx, model, GRADIENT)
-        ctx.comm.recv(self._params, src=self.server, tag=PARAMS_TAG)
-        set_flat_params(model, self._params)
-        return StepInfo()
+        ctx.comm.recv(self._reply, src=self.server, tag=PARAMS_TAG)
+        set_flat_params(model, self._reply[:-1])
+        version = int(self._reply[-1].item())
+        # Updates applied before this gradient that this worker had not pulled: 0 in sync mode.
+        staleness = version - 1 - self._pulled_version
+        self._pulled_version = version
+        return StepInfo(peers=ctx.workers - 1, staleness=float(staleness))
+
+    def _reply_with(self, model, version: int) -> torch.Tensor:
+        """The server's parameters and update count, as workers receive them."""
+        self._reply[:-1].copy_(flat_params(model))
+        self._reply[-1] = version
+        return self._reply
 
     def finish(self, ctx, model):
         self._push(ctx, model, DONE)
@@ -63,6 +78,7 @@ class ParameterServerSync(_ParameterServer):
         n = ctx.workers
         inbox = [torch.zeros_like(self._message) for _ in range(n)]
         total = torch.zeros(self._message.numel() - 1, device=ctx.device)
+        version = 0
         while True:
             pending = [ctx.comm.irecv(inbox[w], src=w, tag=GRAD_TAG) for w in range(n)]
             for work in pending:
@@ -77,8 +93,10 @@ class ParameterServerSync(_ParameterServer):
                 total.add_(m[:-1])
             set_flat_grads(model, total.div_(n))
             optimizer.step()
-            self._params.copy_(flat_params(model))
-            sends = [ctx.comm.isend(self._params, dst=w, tag=PARAMS_TAG) for w in range(n)]
+            # One update per round, made of every worker's gradient of that round: fresh.
+            version += 1
+            reply = self._reply_with(model, version)
+            sends = [ctx.comm.isend(reply, dst=w, tag=PARAMS_TAG) for w in range(n)]
             for work in sends:
                 work.wait()
 
@@ -92,6 +110,7 @@ class ParameterServerAsync(_ParameterServer):
     def serve(self, ctx, model, optimizer):
         remaining = ctx.workers
         message = torch.zeros_like(self._message)
+        version = 0
         while remaining:
             src = ctx.comm.recv(message, src=None, tag=GRAD_TAG)
             if message[-1] == DONE:
@@ -99,5 +118,5 @@ class ParameterServerAsync(_ParameterServer):
                 continue
             set_flat_grads(model, message[:-1])
             optimizer.step()
-            self._params.copy_(flat_params(model))
-            ctx.comm.send(self._params, dst=src, tag=PARAMS_TAG)
+            version += 1
+            ctx.comm.send(self._reply_with(model, version), dst=src, tag=PARAMS_TAG)

@@ -10,8 +10,13 @@ so the whole Algorithm contract is visible in one screen:
 3. `setup` runs on every rank before the clock starts: create process groups here.
 4. `step` is called after forward/backward with gradients in p.grad: apply the local update and
    synchronize through ctx.comm (never torch.distributed directly). Return a StepInfo: time you
-   spent blocked on peers (wait_s) and any per-iteration fields for the event log.
-5. `synchronous = True` because every worker takes part in every average; asynchronous
+   spent blocked on peers (wait_s), how many peers' models went into this step's update
+   (peers; 0 for a local step) and how stale they were (staleness, in iterations): reports show
+   them as synchronization health beside throughput. Add any fields for the event log.
+5. `intended_sync_share` says how often the protocol means to average (here 1 step in
+   `period`); a report flags a run that averages markedly less than that. Without it the
+   harness assumes every iteration.
+6. `synchronous = True` because every worker takes part in every average; asynchronous
    algorithms set it False and drain in `finish`.
 
 To ship your own as a plugin, put the class in your package and declare an entry point:
@@ -45,6 +50,10 @@ class LocalSGD(Algorithm):
     Config = LocalSGDOptions
 
     @classmethod
+    def intended_sync_share(cls, config, workers):
+        return 1 / config.period
+
+    @classmethod
     def validate(cls, config, workers):
         if config.period < 1:
             raise UserError(f"local-sgd: period must be >= 1, got {config.period}")
@@ -57,8 +66,8 @@ class LocalSGD(Algorithm):
         optimizer.step()
         self.steps += 1
         if self.steps % self.config.period:
-            return StepInfo(fields={"averaged": False})
+            return StepInfo(peers=0)
         params = flat_params(model)
         ctx.comm.average_(params, members=ctx.worker_ranks)
         set_flat_params(model, params)
-        return StepInfo(fields={"averaged": True})
+        return StepInfo(peers=ctx.workers - 1, staleness=0.0)

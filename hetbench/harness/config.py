@@ -52,6 +52,10 @@ class RunConfig:
     bind_host: str = "127.0.0.1"
     #: Name of the matrix this run belongs to (results/<matrix>/<run_id>).
     matrix: str = "adhoc"
+    #: Convergence target (accuracy:V or loss:V) whose time the run finds to the iteration after
+    #: training, from every worker's model after each step; '' = none (reports then interpolate
+    #: between the evaluations at eval_interval_s).
+    target: str = ""
 
     def __post_init__(self):
         if self.workers < 2:
@@ -75,6 +79,10 @@ class RunConfig:
             raise UserError(f"eval_interval_s must be > 0, got {self.eval_interval_s}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise UserError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if self.target:
+            from hetbench.harness.target import parse_target
+
+            object.__setattr__(self, "target", parse_target(self.target).spec)
         if self.launcher not in LAUNCHERS:
             raise UserError(
                 f"launcher must be one of {', '.join(LAUNCHERS)}, got {self.launcher!r}"
@@ -148,6 +156,9 @@ class RunConfig:
         identity = self.to_dict()
         # The matrix name says where a run is stored, not what it is.
         identity.pop("matrix")
+        if not identity["target"]:
+            # Runs without a target keep the ids they had before targets were part of a run.
+            identity.pop("target")
         blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:10]
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from hetbench.errors import UserError
 from hetbench.harness.config import LAUNCHERS, SCHEMA_VERSION, RunConfig
-from hetbench.harness.metrics import throughput, time_breakdown
+from hetbench.harness.metrics import sync_health, throughput, time_breakdown
 from hetbench.harness.store import (
     SERVICE_CPU_FILE,
     environment,
@@ -47,6 +47,8 @@ def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
     evals, bad = read_jsonl(run_dir / "eval.jsonl")
     torn += bad
     final = next((e for e in reversed(evals) if e.get("kind") == "final"), {})
+    snapshots = [e["consensus_distance"] for e in evals
+                 if e.get("kind") == "snapshot" and e.get("consensus_distance") is not None]
     all_events = [e for events in events_by_rank.values() for e in events]
     t_first = min((e["t_start"] for e in all_events), default=0)
     t_last = max((e["t_end"] for e in all_events), default=0)
@@ -62,10 +64,27 @@ def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
         "final_test_loss": final.get("test_loss"),
         "final_test_accuracy": final.get("test_accuracy"),
         "final_consensus_distance": final.get("consensus_distance"),
+        "mean_consensus_distance": sum(snapshots) / len(snapshots) if snapshots else None,
+        **sync_health(all_events),
+        "sync_intended": config.algorithm_class().intended_sync_share(
+            config.algorithm_config(), config.workers),
+        "averagings_after_training": _done_total(config, run_dir, "averagings_after_training"),
         "torn_lines": torn,
         **time_breakdown(all_events),
         "train_cpu_s": train_cpu_s(config, run_dir),
     }
+
+
+def _done_total(config: RunConfig, run_dir: Path, key: str) -> int | None:
+    """The sum of `key` over the ranks' done.rank<r>.json (what finish() did after the last
+    iteration); None if no rank recorded it."""
+    values = []
+    for rank in range(config.world_size):
+        with contextlib.suppress(OSError, ValueError):
+            value = read_json(run_dir / f"done.rank{rank}.json").get(key)
+            if isinstance(value, int):
+                values.append(value)
+    return sum(values) if values else None
 
 
 def train_cpu_s(config: RunConfig, run_dir: Path) -> float | None:

@@ -90,12 +90,27 @@ def expand(spec: dict[str, Any]) -> list[RunConfig]:
             algorithm=algorithm, workload=workload, workers=workers, slowdown=slowdown,
             seed=seed, algorithm_options=dict(tables["algorithm"].get(algorithm, {})),
             workload_options=dict(tables["workload"].get(workload, {})),
-            matrix=str(spec.get("name", "adhoc")), **scalars,
+            matrix=str(spec.get("name", "adhoc")), target=_target_for(spec, workload),
+            **scalars,
         )
         if config.run_id not in seen:
             seen.add(config.run_id)
             configs.append(config)
     return configs
+
+
+def _target_for(spec: dict[str, Any], workload: str) -> str:
+    """The matrix's `target` for one workload: a string for all, or a table of workload = spec
+    ("*" for the rest); '' if none."""
+    value = spec.get("target")
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
+        return value.get(workload, value.get("*", ""))
+    raise UserError(f"matrix: target must be 'accuracy:V' / 'loss:V' or a table of workload = "
+                    f"spec, got {value!r}")
 
 
 def _as_list(value: Any, kind: type, key: str) -> list:
@@ -162,6 +177,11 @@ def from_file_and_flags(matrix_file: Path | None, *, algorithms: str | None = No
     if seconds is not None and iterations is None:
         spec.pop("iterations", None)
     spec.update({k: v for k, v in flags.items() if v is not None})
+    # A flag that narrows the file's algorithms or workloads leaves their option tables unused,
+    # not wrong: `bench run matrices/quick.toml --algorithms allreduce` runs.
+    for table, axis in (("algorithm", "algorithms"), ("workload", "workloads")):
+        if flags[axis] is not None and isinstance(spec.get(table), dict):
+            spec[table] = {k: v for k, v in spec[table].items() if k in flags[axis]}
     return spec, expand(spec)
 
 

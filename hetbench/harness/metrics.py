@@ -68,3 +68,29 @@ def time_breakdown(events: Iterable[dict[str, Any]]) -> dict[str, float]:
         for key in totals:
             totals[key] += e.get(key, 0.0)
     return totals
+
+
+def sync_health(events: Iterable[dict[str, Any]]) -> dict[str, float | None]:
+    """How much the workers synchronized, from the events' standard fields (StepInfo.peers and
+    .staleness): the share of iterations that averaged with at least one peer, the mean group
+    size (the worker plus the peers it mixed in), and the mean staleness of what was mixed in.
+    None where no event says (an algorithm that does not report peers)."""
+    steps = synced = peers_total = 0
+    stale_total, stale_count = 0.0, 0
+    for e in events:
+        peers = e.get("peers")
+        if peers is None:
+            continue
+        steps += 1
+        peers_total += peers
+        if peers > 0:
+            synced += 1
+            staleness = e.get("staleness")
+            if staleness is not None:
+                stale_total += staleness
+                stale_count += 1
+    return {
+        "sync_share": synced / steps if steps else None,
+        "mean_group_size": 1 + peers_total / steps if steps else None,
+        "mean_staleness": stale_total / stale_count if stale_count else None,
+    }

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hetbench.algorithms.base import Algorithm
+from hetbench.algorithms.base import Algorithm, StepInfo
 from hetbench.errors import UserError
 from hetbench.harness import rendezvous
 from hetbench.harness.comm import Comm, ReduceOp
@@ -29,11 +29,15 @@ from hetbench.harness.context import WorkerContext
 from hetbench.harness.faults import parse_fault
 from hetbench.harness.rendezvous import Rendezvous
 from hetbench.harness.store import EventLog, environment, read_json, write_json_atomic
+from hetbench.harness.target import parse_target
 from hetbench.harness.tensors import flat_params, params_of, set_flat_params
 from hetbench.workloads.base import Workload
 
 #: Snapshots kept per worker; beyond this the snapshot stride doubles (older odd ticks dropped).
 MAX_SNAPSHOTS = 48
+#: Memory for a run with a target to keep each worker's model after every step; beyond it only
+#: every 2nd (4th, ...) step's is kept, and the time to target is found to that many iterations.
+HISTORY_BYTES = 256 * 2**20
 
 #: Store key under which rank 0 publishes the services it started (runs without `bench run`).
 SERVICES_KEY = "hetbench/services"
@@ -73,6 +77,48 @@ class Snapshots:
     def at(self, tick: int) -> tuple[int, torch.Tensor]:
         """The latest snapshot taken at or before `tick`."""
         return self.by_tick[max(t for t in self.by_tick if t <= tick)]
+
+
+class History:
+    """This worker's model after each step (every `stride`-th once memory runs short), with
+    when the step ended: the states the time to target is searched over after training."""
+
+    def __init__(self, budget_bytes: int = HISTORY_BYTES):
+        self.budget_bytes = budget_bytes
+        self.stride = 1
+        #: (seconds since the common start, the next iteration, the flat model), in time order.
+        self.entries: list[tuple[float, int, torch.Tensor]] = []
+
+    def add(self, elapsed_s: float, iteration: int, model) -> None:
+        if iteration % self.stride:
+            return
+        self.entries.append((elapsed_s, iteration, flat_params(model).clone()))
+        size = sum(e[2].numel() * e[2].element_size() for e in self.entries[:1])
+        while len(self.entries) > 1 and size * len(self.entries) > self.budget_bytes:
+            self.stride *= 2
+            self.entries = [e for e in self.entries if e[1] % self.stride == 0]
+
+    def times_between(self, lo_s: float, hi_s: float) -> list[float]:
+        return [t for t, _, _ in self.entries if lo_s < t <= hi_s]
+
+    def at(self, t_s: float) -> tuple[int, torch.Tensor]:
+        """The iteration and model this worker had at `t_s` (its latest step ended by then)."""
+        latest = self.entries[0]
+        for entry in self.entries:
+            if entry[0] > t_s:
+                break
+            latest = entry
+        return latest[1], latest[2]
+
+
+def sync_fields(info: StepInfo) -> dict[str, Any]:
+    """The event's standard synchronization fields (peers, staleness), where the step gave them."""
+    fields = {}
+    if info.peers is not None:
+        fields["peers"] = info.peers
+    if info.staleness is not None:
+        fields["staleness"] = info.staleness
+    return fields
 
 
 def _note(rank: int, what: str) -> None:
@@ -119,10 +165,14 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous,
         snapshots = Snapshots(config.eval_interval_s)
         snapshots.maybe_take(0.0, 0, model)  # tick 0: the common initial model
         emulated = config.compute == "emulated"
+        history = None
+        if config.target and not emulated:
+            history = History()
+            history.add(0.0, 0, model)
         iterations_done = _train(config, ctx, workload, model, optimizer, algorithm, run_dir,
-                                 t0_ns, None if emulated else snapshots)
+                                 t0_ns, None if emulated else snapshots, history)
         _progress["phase"] = "finish"
-        algorithm.finish(ctx, model)
+        _progress["finish"] = algorithm.finish(ctx, model) or {}
         _progress["train_cpu_s"] = time.process_time() - cpu0_s
         if not algorithm.synchronous:
             # Asynchronous workers can end their budgets far apart (a deterministic straggler
@@ -134,8 +184,8 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous,
         _note(rank, f"trained {iterations_done} iterations; evaluating")
         if config.save_models:
             np.save(run_dir / f"model.rank{rank}.npy", flat_params(model).cpu().numpy())
-        if not emulated:
-            _evaluate(config, ctx, workload, model, snapshots, end_s, iterations_done, run_dir)
+        _evaluate(config, ctx, workload, model, None if emulated else snapshots, end_s,
+                  iterations_done, run_dir, history)
     except BaseException:
         # Stamp the failure before closing the group: closing resets peers' connections, and
         # their reports must not look earlier than the cause.
@@ -146,7 +196,8 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous,
 
 
 def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, optimizer,
-           algorithm: Algorithm, run_dir: Path, t0_ns: int, snapshots: Snapshots | None) -> int:
+           algorithm: Algorithm, run_dir: Path, t0_ns: int, snapshots: Snapshots | None,
+           history: History | None = None) -> int:
     """Train until the budget is spent; returns the worker's final iteration counter."""
     rank, comm, device = ctx.rank, ctx.comm, ctx.device
     injector = config.injector()
@@ -214,9 +265,11 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
                 "compute_s": compute_s, "slowdown_s": (t_sync - t_start) / 1e9 - compute_s,
                 "comm_s": step_s - wait_s, "wait_s": wait_s, "samples": batch_size,
                 "loss": loss_value, "snapshot_s": snapshot_s, "process_cpu_s": process_cpu_s,
-                **info.fields,
+                **sync_fields(info), **info.fields,
             })
             iteration = info.next_iteration if info.next_iteration is not None else iteration + 1
+            if history is not None:  # after the event: its time is outside every step's
+                history.add((t_end - t0_ns) / 1e9, iteration, model)
     finally:
         ctx.stopping = True
         log.close()
@@ -225,10 +278,14 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
 
 @torch.no_grad()
 def _evaluate(config: RunConfig, ctx: WorkerContext, workload: Workload, model,
-              snapshots: Snapshots, end_s: float, iterations_done: int, run_dir: Path) -> None:
-    """Score the average of all workers' models at each snapshot tick, then the final model.
+              snapshots: Snapshots | None, end_s: float, iterations_done: int, run_dir: Path,
+              history: History | None = None) -> None:
+    """Score the average of all workers' models at each snapshot tick, then the final model,
+    then (with a target) the moment the averaged model first met it.
 
     Runs after training, so evaluation never perturbs the timed path. Rank 0 writes eval.jsonl.
+    Without snapshots (emulated compute: no real model to test) only the final consensus
+    distance is recorded.
     """
     comm, workers = ctx.comm, ctx.worker_ranks
 
@@ -241,28 +298,80 @@ def _evaluate(config: RunConfig, ctx: WorkerContext, workload: Workload, model,
         spread = agreed(float((flat - mean).pow(2).sum()), ReduceOp.SUM) / len(workers)
         record = {"iteration": agreed(iteration, ReduceOp.SUM) / len(workers),
                   "consensus_distance": spread}
-        if ctx.rank == 0:
+        if ctx.rank == 0 and snapshots is not None:
             original = flat_params(model)
             set_flat_params(model, mean)
             record.update(workload.evaluate(model))
             set_flat_params(model, original)
         return record
 
-    stride = int(agreed(snapshots.stride, ReduceOp.MAX))
-    last_tick = int(agreed(int(end_s / snapshots.interval_s), ReduceOp.MIN))
     records = []
-    for tick in range(0, last_tick + 1, stride):
-        _note(ctx.rank, f"evaluating snapshot {tick // stride + 1}/{last_tick // stride + 1}")
-        iteration, flat = snapshots.at(tick)
-        records.append({"kind": "snapshot", "wall_s": tick * snapshots.interval_s,
-                        **score(flat, iteration)})
+    if snapshots is not None:
+        stride = int(agreed(snapshots.stride, ReduceOp.MAX))
+        last_tick = int(agreed(int(end_s / snapshots.interval_s), ReduceOp.MIN))
+        for tick in range(0, last_tick + 1, stride):
+            _note(ctx.rank, f"evaluating snapshot {tick // stride + 1}/{last_tick // stride + 1}")
+            iteration, flat = snapshots.at(tick)
+            records.append({"kind": "snapshot", "wall_s": tick * snapshots.interval_s,
+                            **score(flat, iteration)})
     records.append({"kind": "final", "wall_s": agreed(end_s, ReduceOp.MAX),
                     **score(flat_params(model), iterations_done)})
+    if history is not None:
+        records.extend(_time_to_target(config, ctx, history, records, score, agreed))
     if ctx.rank == 0:
         log = EventLog(run_dir / "eval.jsonl")
         for record in records:
             log.append({"schema_version": SCHEMA_VERSION, "run_id": config.run_id, **record})
         log.close()
+
+
+def _time_to_target(config: RunConfig, ctx: WorkerContext, history: History,
+                    records: list[dict], score, agreed) -> list[dict]:
+    """The first moment the averaged model met config.target, to one step of one worker.
+
+    The evaluations above bracket it: the first one that met the target and the one before.
+    Every step any worker ended inside that bracket changed the averaged model, so those end
+    times are the candidates; a binary search over them (each probe averages every worker's
+    model as it was at that moment and rank 0 tests it) finds the first that meets the target,
+    assuming the metric does not go back across the target inside the bracket. Returns one
+    "target" record, or none if the run never met it.
+    """
+    target = parse_target(config.target)
+    first = -1
+    if ctx.rank == 0:
+        first = next((i for i, r in enumerate(records) if target.met(r.get(target.column))), -1)
+    first = int(agreed(first, ReduceOp.MAX))  # rank 0's answer (the others said -1)
+    if first < 0:
+        return []
+    stride = int(agreed(history.stride, ReduceOp.MAX))
+    found = {**records[first], "kind": "target", "target": config.target,
+             "resolution_iterations": stride, "probes": 0}
+    if first == 0:
+        return [found]
+    lo_s, hi_s = records[first - 1]["wall_s"], records[first]["wall_s"]
+    # Every worker's step end times inside the bracket, gathered through one padded sum.
+    mine = history.times_between(lo_s, hi_s)
+    longest = int(agreed(len(mine), ReduceOp.MAX))
+    table = torch.zeros(len(ctx.worker_ranks), longest + 1, dtype=torch.float64,
+                        device=ctx.device)
+    table[ctx.rank, :len(mine)] = torch.tensor(mine, dtype=torch.float64)
+    table[ctx.rank, len(mine):] = hi_s
+    ctx.comm.all_reduce_(table, ReduceOp.SUM, ctx.worker_ranks)
+    candidates = sorted(set(table.flatten().tolist()) | {hi_s})
+    # Binary search: candidates[hi] meets the target (the bracket's end did), lo does not.
+    lo, hi = -1, len(candidates) - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        iteration, flat = history.at(candidates[mid])
+        probe = score(flat, iteration)
+        found["probes"] += 1
+        met = float(ctx.rank == 0 and target.met(probe.get(target.column)))
+        if agreed(met, ReduceOp.MAX):
+            hi = mid
+            found.update(probe, wall_s=candidates[mid])
+        else:
+            lo = mid
+    return [found]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -293,7 +402,8 @@ def main(argv: list[str] | None = None) -> None:
         # from one that died without a word.
         write_json_atomic(args.run_dir / f"done.rank{rank}.json",
                           {"rank": rank, "time_ns": time.time_ns(),
-                           "train_cpu_s": _progress.get("train_cpu_s")})
+                           "train_cpu_s": _progress.get("train_cpu_s"),
+                           **_progress.get("finish", {})})
     except BaseException as exc:
         write_json_atomic(args.run_dir / f"error.rank{rank}.json", {
             "rank": rank, "exception": type(exc).__name__, "message": str(exc).strip()[:2000],

@@ -65,18 +65,20 @@ def load_runs(path: str | Path) -> pd.DataFrame:
 
 RUN_KEYS = ["run_id", "algorithm", "workload", "workers", "slowdown", "seed"]
 EVAL_COLUMNS = ["kind", "wall_s", "iteration", "test_loss", "test_accuracy",
-                "consensus_distance"]
+                "consensus_distance", "target", "resolution_iterations"]
 
 
 def load_evals(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per evaluation (eval.jsonl) of every ok run in `runs`, with the run's keys.
 
-    Emulated-compute runs have no evaluations (they measure throughput only) and add no rows.
+    Emulated-compute runs have no test evaluations (they measure throughput only; their
+    eval.jsonl holds just the final consensus distance) and add no rows.
     """
     frames = []
     if runs.empty:
         return pd.DataFrame(columns=[*RUN_KEYS, *EVAL_COLUMNS])
-    for _, run in runs[runs["status"] == "ok"].iterrows():
+    emulated = runs["compute"] == "emulated" if "compute" in runs else False
+    for _, run in runs[(runs["status"] == "ok") & ~emulated].iterrows():
         records, _ = read_jsonl(Path(run["run_dir"]) / "eval.jsonl")
         if not records:
             continue
@@ -88,7 +90,8 @@ def load_evals(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=[*RUN_KEYS, *EVAL_COLUMNS])
     evals = pd.concat(frames, ignore_index=True)[[*RUN_KEYS, *EVAL_COLUMNS]]
     for column in EVAL_COLUMNS[1:]:
-        evals[column] = pd.to_numeric(evals[column], errors="coerce")
+        if column != "target":
+            evals[column] = pd.to_numeric(evals[column], errors="coerce")
     return evals
 
 

@@ -3,55 +3,15 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import pandas as pd
 
 from hetbench.errors import UserError
+from hetbench.harness.target import ANY_WORKLOAD, METRICS, Target, parse_target
 
-METRICS = {"accuracy": "test_accuracy", "loss": "test_loss"}
-#: Applies to every workload without a target of its own.
-ANY_WORKLOAD = "*"
-
-
-@dataclass(frozen=True)
-class Target:
-    """Reach test accuracy >= value, or test loss <= value."""
-
-    metric: Literal["accuracy", "loss"]
-    value: float
-    #: Where it came from: "--target", "matrix", or "auto" (picked from the runs themselves).
-    source: str = "--target"
-
-    @property
-    def column(self) -> str:
-        return METRICS[self.metric]
-
-    def met(self, value: float) -> bool:
-        """Whether one evaluation's metric value reaches the target."""
-        if value is None or math.isnan(value):
-            return False
-        return value >= self.value if self.metric == "accuracy" else value <= self.value
-
-    def __str__(self) -> str:
-        sign = ">=" if self.metric == "accuracy" else "<="
-        return f"test {self.metric} {sign} {self.value:g}"
-
-
-def parse_target(text: str, source: str = "--target") -> Target:
-    """`accuracy:0.85` or `loss:0.5` -> Target."""
-    metric, sep, value = str(text).partition(":")
-    metric = metric.strip().removeprefix("test_")
-    if not sep or metric not in METRICS:
-        raise UserError(f"target {text!r}: write accuracy:VALUE or loss:VALUE, e.g. accuracy:0.85")
-    try:
-        number = float(value)
-    except ValueError:
-        raise UserError(f"target {text!r}: {value!r} is not a number; e.g. accuracy:0.85") from None
-    if metric == "accuracy" and not 0 < number <= 1:
-        raise UserError(f"target {text!r}: accuracy is a fraction in (0, 1], e.g. accuracy:0.85")
-    return Target(metric, number, source)  # type: ignore[arg-type]
+__all__ = ["ANY_WORKLOAD", "METRICS", "Target", "parse_target", "parse_targets",
+           "resolve_targets", "targets_from_matrix", "time_to_target"]
 
 
 def parse_targets(specs: list[str] | tuple[str, ...],

@@ -222,7 +222,12 @@ class EventSink:
             "last_iteration_per_worker": self.last_iteration,
             "train_wall_s": ((max(ends) - min(starts)) / 1e9) if starts else 0.0,
             "final_test_loss": None, "final_test_accuracy": None,
-            "final_consensus_distance": None, "torn_lines": 0,
+            "final_consensus_distance": None, "mean_consensus_distance": None,
+            # Not yet modelled: the simulator's protocols do not report their peers.
+            "sync_share": None, "mean_group_size": None, "mean_staleness": None,
+            "sync_intended": config.algorithm_class().intended_sync_share(
+                config.algorithm_config(), config.workers),
+            "averagings_after_training": None, "torn_lines": 0,
             "train_cpu_s": None,  # no process ran
             **dict(zip(("compute_s", "slowdown_s", "comm_s", "wait_s"),
                        (math.fsum(column) for column in zip(*self._sums, strict=True))

@@ -38,12 +38,18 @@ class PragueBase(Algorithm):
         # (zeros elsewhere), so after the sum every member knows when the last one arrived.
         # No extra message; Comm's P-Reduce itself never waits on anyone outside the
         # collective. Times are seconds since a reference common to all workers (the earliest
-        # set-up), small enough for float32 (0.25 ms resolution within the first hour);
-        # half-precision models get no stamps (wait then counts as communication).
+        # set-up), small enough for float32 (0.25 ms resolution within the first hour). A
+        # second block of slots carries each member's iteration the same way (exact in float32
+        # to 2^24), for the staleness of what was averaged. Half-precision models get neither
+        # (wait then counts as communication, staleness is not recorded).
         self._stamped = dtype in (torch.float32, torch.float64)
-        extra = ctx.workers if self._stamped else 0
+        extra = 2 * ctx.workers if self._stamped else 0
         self._buf = torch.zeros(numel + extra, dtype=dtype, device=ctx.device)
-        self._flat, self._stamps = self._buf[:numel], self._buf[numel:]
+        self._flat = self._buf[:numel]
+        self._stamps = self._buf[numel:numel + extra // 2]
+        self._iterations = self._buf[numel + extra // 2:]
+        self._steps = 0  # this worker's P-Reduces so far: its iteration, then finish()'s drain
+        self._staleness: float | None = None
         ref = torch.tensor([time.time()], dtype=torch.float64, device=ctx.device)
         ctx.comm.all_reduce_(ref, ReduceOp.MIN, ctx.worker_ranks)  # every rank runs setup
         self._t_ref = ref.item()
@@ -54,22 +60,31 @@ class PragueBase(Algorithm):
 
     @torch.no_grad()
     def p_reduce(self, ctx, members) -> float:
-        """Average the model over `members`; returns seconds spent waiting for them."""
+        """Average the model over `members`; returns seconds spent waiting for them (and keeps
+        the mean iteration gap to them in self._staleness)."""
+        step, self._steps = self._steps, self._steps + 1
+        self._staleness = None
         if len(members) < 2:
             return 0.0
         torch.cat([p.reshape(-1) for p in self._params], out=self._flat)
         if self._stamped:
             self._stamps.zero_()
+            self._iterations.zero_()
             arrived = time.time() - self._t_ref
             self._stamps[ctx.rank] = arrived
-        ctx.comm.p_reduce_(self._buf, members)  # the mean: stamps come back divided by |G|
+            self._iterations[ctx.rank] = step
+        ctx.comm.p_reduce_(self._buf, members)  # the mean: slots come back divided by |G|
         offset = 0
         for p in self._params:
             p.copy_(self._flat[offset:offset + p.numel()].view_as(p))
             offset += p.numel()
         if not self._stamped:
             return 0.0
-        last = self._stamps[list(members)].max().item() * len(set(members))
+        size = len(set(members))
+        peers = [m for m in members if m != ctx.rank]
+        gaps = (self._iterations[peers] * size - step).abs().round()
+        self._staleness = gaps.mean().item()
+        last = self._stamps[list(members)].max().item() * size
         return max(0.0, last - arrived)
 
     def release(self, ctx) -> None:
@@ -83,4 +98,14 @@ class PragueBase(Algorithm):
         members, fields = self.next_group(ctx)
         gg_s = time.perf_counter() - start
         wait_s = self.p_reduce(ctx, members)
-        return StepInfo(wait_s=wait_s, fields={"group": list(members), "gg_s": gg_s, **fields})
+        return StepInfo(wait_s=wait_s, peers=len(set(members)) - 1, staleness=self._staleness,
+                        fields={"group": list(members), "gg_s": gg_s, **fields})
+
+    def drain(self, ctx, groups) -> dict[str, int]:
+        """P-Reduce over each of `groups` after the last iteration (finish()); the count of
+        those that averaged with a peer, for done.rank<r>.json."""
+        averaged = 0
+        for members in groups:
+            self.p_reduce(ctx, members)
+            averaged += len(set(members)) > 1
+        return {"averagings_after_training": averaged}

@@ -239,10 +239,11 @@ class GroupGenerator:
         # Whoever is in a group waits for its last member. So: the requester (here now) gets
         # the partners expected soonest, never a late one (it runs alone if only late ones are
         # eligible; it did so too when nobody was expected within one step, which left
-        # homogeneous workers alone for asking at a different moment); the division groups neighbours in expected time, late workers only with late
-        # ones. Times are coarsened to quarters of a step, and stable sorts keep the shuffle's
-        # order among equals, so that groups keep mixing. (A horizon inside the division too
-        # was measured in bench sim: no better, and it leaves workers out of divisions.)
+        # homogeneous workers alone for asking at a different moment); the division groups
+        # neighbours in expected time, late workers only with late ones. Times are coarsened
+        # to quarters of a step, and stable sorts keep the shuffle's order among equals, so
+        # that groups keep mixing. (A horizon inside the division too was measured in bench
+        # sim: no better, and it leaves workers out of divisions.)
         now, step = self._now, self.work_time()
         when = self.expected_arrivals(now, others)
         inf = float("inf")

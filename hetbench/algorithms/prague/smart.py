@@ -90,10 +90,15 @@ class _GeneratedGroups(PragueBase):
 
     def finish(self, ctx, model):
         self._client.done(ctx.rank)
-        while not (reply := self._client.group(ctx.rank)).finished:
-            self.p_reduce(ctx, tuple(reply.members))
+
+        def queued():
+            while not (reply := self._client.group(ctx.rank)).finished:
+                yield tuple(reply.members)
+
+        record = self.drain(ctx, queued())
         self._client.close()
         self.release(ctx)
+        return record
 
 
 class PragueSmart(_GeneratedGroups):

@@ -45,6 +45,15 @@ class PragueStatic(PragueBase):
         except ValueError as exc:
             raise UserError(f"algorithm {cls.name}: {exc}") from None
 
+    @classmethod
+    def intended_sync_share(cls, config, workers):
+        # The schedule leaves some workers alone on purpose (one per node in two of every four
+        # steps, in the paper's layout): the share of (worker, step) in a group of two or more.
+        steps = range(4)
+        grouped = sum(len(static_group(w, s, workers, config.workers_per_node)) > 1
+                      for w in range(workers) for s in steps)
+        return grouped / (workers * len(steps))
+
     def setup(self, ctx, model, optimizer):
         super().setup(ctx, model, optimizer)
         self._step = 0
@@ -64,7 +73,11 @@ class PragueStatic(PragueBase):
         proposal = -(-(self._step + END_MARGIN) // 4) * 4
         # The first proposal wins; later stoppers read it back.
         self._end = int(ctx.comm.store.compare_set(END_KEY, "", str(proposal)))
-        while self._step < self._end:
-            members, _ = self.next_group(ctx)
-            self.p_reduce(ctx, members)
+
+        def remaining():
+            while self._step < self._end:
+                yield self.next_group(ctx)[0]
+
+        record = self.drain(ctx, remaining())
         self.release(ctx)
+        return record
