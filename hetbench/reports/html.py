@@ -18,7 +18,8 @@ table { border-collapse: collapse; margin: .5em 0 1.2em; font-size: .85em; }
 th, td { border: 1px solid #ccc; padding: .25em .6em; text-align: right; white-space: nowrap; }
 th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
 img { max-width: 100%; border: 1px solid #eee; margin: .5em 0; }
-.note { color: #555; } code { background: #f3f3f3; padding: 0 .2em; }
+.note { color: #555; } .warning { color: #a00; font-weight: bold; }
+code { background: #f3f3f3; padding: 0 .2em; }
 """
 
 

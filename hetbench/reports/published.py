@@ -1,4 +1,14 @@
-"""The papers' published ratios (DESIGN.md, "Published figures to reproduce") beside ours.
+"""The papers' published ratios beside ours.
+
+Sources, cited by the `source` of each figure:
+- "Prague slides": the talk of Q. Luo, J. He, Y. Zhuo, X. Qian, "Prague: High-Performance
+  Heterogeneity-Aware Asynchronous Decentralized Training", ASPLOS 2020 (throughput normalised
+  to All-Reduce, ResNet-18/50/200 on 16 GPUs, without slowdown and with random 5x slowdown).
+- "Ripples abstract": the same authors, "Heterogeneity-Aware Asynchronous Decentralized
+  Training" (Ripples), arXiv, September 2019: the abstract's speedups.
+- "Prague ASPLOS'20 abstract": the ASPLOS 2020 paper above, its abstract.
+- "Hop ASPLOS'19": Q. Luo, J. Lin, Y. Zhuo, X. Qian, "Hop: Heterogeneity-Aware Decentralized
+  Training", ASPLOS 2019 (speedups over standard decentralized training, CNN and SVM).
 
 We reproduce the *shape* (which algorithm beats which, and roughly by how much) on a 2-core
 machine with emulated compute, not the absolute numbers of a GPU cluster.

@@ -13,7 +13,11 @@ from hetbench.reports.html import Page
 from hetbench.reports.load import load_env, load_evals, load_runs
 from hetbench.reports.plots import convergence_plots
 from hetbench.reports.tables import (
+    HEALTH_COLUMNS,
+    KEYS,
+    format_number,
     prague_table,
+    speedup_table,
     throughput_table,
     time_to_target_table,
     to_markdown,
@@ -24,7 +28,8 @@ from hetbench.reports.timeline import choose_run, timeline_plot
 #: Columns of report.csv (the first six are a stable interface; scripts read them).
 CSV_COLUMNS = ["algorithm", "workload", "workers", "slowdown", "throughput",
                "throughput_vs_{baseline}", "throughput_std", "seeds", "final_test_accuracy",
-               "compute", "synthetic", "simulated", "pace_ms", "cpu_ms_per_iteration"]
+               "compute", "synthetic", "simulated", "pace_ms", "cpu_ms_per_iteration",
+               *HEALTH_COLUMNS, "sync_flag"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,37 @@ class Report:
     @property
     def failed(self) -> pd.DataFrame:
         return self.runs[self.runs["status"] != "ok"]
+
+    def sync_warnings(self) -> list[str]:
+        """One line per cell whose throughput comes with markedly less synchronization than its
+        protocol intends (or whose algorithm does not record it): shown at the top."""
+        flagged = self.throughput[self.throughput["sync_flag"].fillna("") != ""]
+        return [f"{r['algorithm']} on {r['workload']}, {r['workers']} workers, {r['slowdown']}: "
+                f"{r['sync_flag']}" for _, r in flagged.iterrows()]
+
+    def health(self) -> pd.DataFrame:
+        """Synchronization health per cell, beside its throughput ratio (the report's table)."""
+        columns = [*KEYS, f"throughput_vs_{self.baseline}", *HEALTH_COLUMNS, "sync_flag"]
+        return self.throughput.reindex(columns=columns)
+
+    def flagged_blocks(self) -> dict[str, pd.DataFrame]:
+        """The Prague-layout blocks, a flagged cell's value marked "(low sync)" in place."""
+        flags = {(r["workload"], r["slowdown"], r["algorithm"])
+                 for _, r in self.throughput.iterrows() if r.get("sync_flag")}
+        one_size = self.throughput["workers"].nunique() == 1
+        blocks = {}
+        for slowdown, block in self.prague.items():
+            marked = block.astype(object).copy()
+            for i, row in block.iterrows():
+                workload = row["workload"] if one_size else row["workload"].split(" (")[0]
+                for algorithm in block.columns[1:]:
+                    value = row[algorithm]
+                    text = format_number(value) if isinstance(value, float) else value
+                    if (workload, slowdown, algorithm) in flags and text:
+                        text += " (low sync)"
+                    marked.at[i, algorithm] = text
+            blocks[slowdown] = marked
+        return blocks
 
     def notes(self) -> list[str]:
         """What a reader must know before trusting a number: pacing, synthetic, emulated."""
@@ -95,6 +131,21 @@ def build_report(results_dir: Path, baseline: str = "allreduce",
     table = throughput_table(runs, baseline)
     return Report(results_dir, baseline, runs, evals, table, prague_table(table, baseline),
                   resolved, time_to_target_table(runs, evals, resolved, baseline))
+
+
+SYNC_TEXT = (
+    "Synchronization health, mean over seeds: `sync_share` = the share of iterations in which a "
+    "worker averaged with at least one peer (`sync_intended`: what its protocol does without "
+    "stragglers), `mean_group_size` = the worker plus the peers it mixed in, `mean_staleness` = "
+    "how many iterations apart the averaged models were (ps-async: server updates), consensus "
+    "distance = mean squared distance of the workers' models from their average (final, and "
+    "mean over the evaluation snapshots). A cell averaging markedly less than its protocol "
+    "intends is flagged here and at the top of the report: its throughput is not comparable.")
+SPEEDUP_TEXT = (
+    "Time-to-target speedup over {baseline} (its mean time / this mean time; > 1 is faster), "
+    "with the range of per-seed speedups (each seed against {baseline}'s run of the same seed) "
+    "in parentheses. Times are found to one worker step for runs given the target, else "
+    "interpolated between evaluations: the `resolution` column below says which.")
 
 
 def write_report(results_dir: Path, baseline: str = "allreduce",
@@ -139,15 +190,24 @@ def markdown(report: Report, images: list[Path]) -> str:
         f"{len(runs)} run(s), {len(runs) - len(report.failed)} ok, {len(report.failed)} not ok. "
         + THROUGHPUT_TEXT.format(baseline=baseline),
     ]
+    warnings = report.sync_warnings()
+    if warnings:
+        parts += ["", "**Synchronization warnings** (these cells' throughput comes with less "
+                  "averaging than their protocol's):", "", *(f"- **{w}**" for w in warnings)]
     notes = report.notes()
     if notes:
         parts += ["", *(f"- {n}" for n in notes)]
     for section in report.extra:
         parts += ["", f"## {section.heading}", "", section.text, "", to_markdown(section.table)]
+    speedups = speedup_table(report.time_to_target, baseline)
+    if not speedups.empty:
+        parts += ["", f"## Time to target: speedup over {baseline}", "",
+                  SPEEDUP_TEXT.format(baseline=baseline), "", to_markdown(speedups)]
     parts += ["", "## Throughput normalised to " + baseline, "", PRAGUE_TEXT.format(
         baseline=baseline)]
-    for slowdown, block in report.prague.items():
+    for slowdown, block in report.flagged_blocks().items():
         parts += ["", f"### slowdown: {slowdown}", "", to_markdown(block)]
+    parts += ["", "## Synchronization health", "", SYNC_TEXT, "", to_markdown(report.health())]
     parts += ["", "## Throughput (samples/s)", "", to_markdown(report.throughput)]
     parts += ["", "## Time to target", "", TTT_TEXT.format(baseline=baseline), ""]
     parts.append(to_markdown(report.time_to_target) if not report.time_to_target.empty
@@ -171,15 +231,28 @@ def html_page(report: Report, images: list[Path]) -> Page:
     runs, baseline = report.runs, report.baseline
     page.paragraph(f"{len(runs)} run(s), {len(runs) - len(report.failed)} ok, "
                    f"{len(report.failed)} not ok. " + THROUGHPUT_TEXT.format(baseline=baseline))
+    warnings = report.sync_warnings()
+    if warnings:
+        page.paragraph("Synchronization warnings (these cells' throughput comes with less "
+                       "averaging than their protocol's):", "warning")
+        page.bullets(warnings)
     page.bullets(report.notes())
     for section in report.extra:
         page.heading(section.heading)
         page.paragraph(section.text, "note")
         page.table(section.table)
+    speedups = speedup_table(report.time_to_target, baseline)
+    if not speedups.empty:
+        page.heading(f"Time to target: speedup over {baseline}")
+        page.paragraph(SPEEDUP_TEXT.format(baseline=baseline), "note")
+        page.table(speedups)
     page.heading(f"Throughput normalised to {baseline}")
     page.paragraph(PRAGUE_TEXT.format(baseline=baseline), "note")
-    for slowdown, block in report.prague.items():
+    for slowdown, block in report.flagged_blocks().items():
         page.table(block, f"slowdown: {slowdown}")
+    page.heading("Synchronization health")
+    page.paragraph(SYNC_TEXT, "note")
+    page.table(report.health())
     page.heading("Throughput (samples/s)")
     page.table(report.throughput)
     page.heading("Time to target")
@@ -212,9 +285,12 @@ PRAGUE_TEXT = (
     "count, so a slowdown block shows what each algorithm loses (where no run without slowdown "
     "exists, by {baseline} under the same slowdown).")
 TTT_TEXT = (
-    "Wall seconds (and iterations) until the averaged model first meets the target at an "
-    "evaluation point (resolution: the runs' eval_interval_s), mean over the seeds that reached "
-    "it; speedup_vs_{baseline} = {baseline}'s time / this time (> 1 is faster).")
+    "Wall seconds (and iterations) until the average of the workers' models first meets the "
+    "target, mean over the seeds that reached it. `resolution`: \"1 step (refined)\" for runs "
+    "whose matrix named the target (found after training over every worker's model after each "
+    "step), \"interpolated\" (linearly between the two evaluations around the crossing, "
+    "eval_interval_s apart) otherwise. speedup_vs_{baseline} = {baseline}'s time / this time "
+    "(> 1 is faster); speedup_min/max: the range of per-seed speedups.")
 
 NO_EVALS = ("No ok run has evaluations (failed runs have none; emulated compute measures "
             "throughput only).")

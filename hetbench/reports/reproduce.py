@@ -13,7 +13,11 @@ from hetbench.reports.report import Section, write_report
 MATRIX_DIR = Path(__file__).resolve().parents[2] / "matrices"
 
 PUBLISHED_TEXT = (
-    "Published ratios (../shared/DESIGN.md, 'Published figures to reproduce') beside ours. We "
+    "Published ratios beside ours: the Prague slides and abstract (Luo et al., 'Prague: "
+    "High-Performance Heterogeneity-Aware Asynchronous Decentralized Training', ASPLOS 2020), "
+    "the Ripples abstract (Luo et al., 'Heterogeneity-Aware Asynchronous Decentralized Training', "
+    "arXiv 2019) and Hop (Luo et al., 'Hop: Heterogeneity-Aware "
+    "Decentralized Training', ASPLOS 2019). We "
     "reproduce the shape on this machine, not the GPU cluster's absolute numbers: `shape` is "
     "'same' when ours falls on the same side of 1 as theirs (on par = within 5% of 1). A "
     "published speedup is measured as time-to-target speedup where the runs evaluated "

@@ -32,12 +32,43 @@ def throughput_table(runs: pd.DataFrame, baseline: str = "allreduce") -> pd.Data
     cpu = ok[KEYS].assign(cpu_ms_per_iteration=cpu_s * 1e3 / ok["iterations"])
     table = table.merge(cpu.groupby(KEYS)["cpu_ms_per_iteration"].mean().reset_index(),
                         on=KEYS, how="left")
-    for column in ("final_test_accuracy", "compute", "synthetic", "simulated", "pace_ms"):
+    for column in ("final_test_accuracy", *HEALTH_COLUMNS, "compute", "synthetic", "simulated",
+                   "pace_ms"):
         if column in ok:
-            agg = "mean" if column == "final_test_accuracy" else "first"
-            values = ok.groupby(KEYS)[column].agg(agg).reset_index()
-            table = table.merge(values, on=KEYS, how="left")
+            if column in ("compute", "synthetic", "simulated", "pace_ms"):
+                values = ok.groupby(KEYS)[column].agg("first")
+            else:
+                values = pd.to_numeric(ok[column], errors="coerce").groupby(
+                    [ok[k] for k in KEYS]).mean()
+            table = table.merge(values.rename(column).reset_index(), on=KEYS, how="left")
+    table["sync_flag"] = [
+        sync_flag(row.get("sync_share"), row.get("sync_intended"), bool(row.get("simulated")))
+        for _, row in table.iterrows()]
     return table
+
+
+#: Synchronization health, per run in summary.json and as means over seeds in report tables.
+HEALTH_COLUMNS = ("sync_share", "sync_intended", "mean_group_size", "mean_staleness",
+                  "final_consensus_distance", "mean_consensus_distance")
+#: A run averaging with a peer this much (absolute share) below its protocol's intent is flagged.
+SYNC_SHORTFALL = 0.10
+#: A run averaging in fewer iterations than this is flagged even when its protocol means it to.
+SYNC_RARE = 0.5
+
+
+def sync_flag(share, intended, simulated: bool = False) -> str:
+    """The warning a reader must see beside a cell's throughput, or "" when it synchronized as
+    its protocol intends: a throughput win bought by averaging less is no win."""
+    if share is None or pd.isna(share):
+        # The simulator does not model peers yet; a real run without them has an algorithm
+        # (a plugin, most likely) whose steps do not say whom they averaged with.
+        return "" if simulated else "synchronization not recorded (StepInfo.peers)"
+    if intended is not None and not pd.isna(intended) and share < intended - SYNC_SHORTFALL:
+        return (f"LOW SYNC: averaged with a peer in {share:.0%} of iterations; its protocol "
+                f"does in {intended:.0%} without stragglers")
+    if share < SYNC_RARE:
+        return f"RARE SYNC: averaged with a peer in only {share:.0%} of iterations (by design)"
+    return ""
 
 
 #: Column order of the algorithms in tables and plot legends; others follow alphabetically.
@@ -99,23 +130,32 @@ def time_to_target_table(runs: pd.DataFrame, evals: pd.DataFrame, targets: dict[
     faster to the target. Runs that never reach it count in `seeds` but not in `reached`.
     """
     columns = [*KEYS, "target", "seeds", "reached", "time_to_target_s", "time_to_target_std",
-               "iterations_to_target", f"speedup_vs_{baseline}"]
+               "iterations_to_target", f"speedup_vs_{baseline}", "speedup_min", "speedup_max",
+               "resolution"]
     rows = []
     for run_id, run_evals in evals.groupby("run_id", sort=False):
         workload = run_evals["workload"].iloc[0]
         target = targets.get(workload)
         if target is None:
             continue
-        seconds, iteration = time_to_target(run_evals, target)
-        rows.append({**{k: run_evals[k].iloc[0] for k in KEYS}, "run_id": run_id,
-                     "target": str(target), "seconds": seconds, "iteration": iteration})
+        seconds, iteration, how = time_to_target(run_evals, target)
+        rows.append({**{k: run_evals[k].iloc[0] for k in KEYS}, "seed": run_evals["seed"].iloc[0],
+                     "run_id": run_id, "target": str(target), "seconds": seconds,
+                     "iteration": iteration, "how": how})
     if not rows:
         return pd.DataFrame(columns=columns)
     per_run = pd.DataFrame(rows)
+    # Per-seed speedups: each run against the baseline run of the same seed and cell.
+    base_runs = (per_run[per_run["algorithm"] == baseline][[*CELL, "seed", "seconds"]]
+                 .rename(columns={"seconds": "_base_s"}))
+    per_run = per_run.merge(base_runs, on=[*CELL, "seed"], how="left")
+    per_run["_speedup"] = per_run["_base_s"] / per_run["seconds"]
     table = (per_run.groupby([*KEYS, "target"], sort=True)
              .agg(seeds=("run_id", "count"), reached=("seconds", "count"),
                   time_to_target_s=("seconds", "mean"), time_to_target_std=("seconds", "std"),
-                  iterations_to_target=("iteration", "mean"))
+                  iterations_to_target=("iteration", "mean"),
+                  speedup_min=("_speedup", "min"), speedup_max=("_speedup", "max"),
+                  resolution=("how", _resolution))
              .reset_index())
     # One seed that reached the target has no spread (0); none reaching has no time at all.
     table.loc[table["reached"] == 1, "time_to_target_std"] = 0.0
@@ -124,6 +164,40 @@ def time_to_target_table(runs: pd.DataFrame, evals: pd.DataFrame, targets: dict[
     table = table.merge(base, on=CELL, how="left")
     table[f"speedup_vs_{baseline}"] = table["_base"] / table["time_to_target_s"]
     return table.drop(columns="_base")[columns]
+
+
+def _resolution(hows: pd.Series) -> str:
+    """How the cell's times were found: to one worker step, or interpolated (see targets)."""
+    kinds = sorted({h for h in hows if h})
+    if kinds == ["refined"]:
+        return "1 step (refined)"
+    return "interpolated" if kinds == ["interpolated"] else "+".join(kinds)
+
+
+def speedup_table(ttt: pd.DataFrame, baseline: str = "allreduce") -> pd.DataFrame:
+    """The headline convergence table: rows cells, columns algorithms, each value the
+    time-to-target speedup over `baseline` (mean times' ratio) with the per-seed range."""
+    if ttt.empty:
+        return pd.DataFrame()
+    frame = ttt.copy()
+    frame["row"] = (frame["workload"] + ", " + frame["workers"].astype(str) + " workers, "
+                    + frame["slowdown"])
+
+    def cell(row) -> str:
+        value = row[f"speedup_vs_{baseline}"]
+        if pd.isna(value):
+            return "not reached" if row["reached"] == 0 else ""
+        spread = ""
+        if row["reached"] > 1 and not pd.isna(row["speedup_min"]):
+            spread = f" ({format_number(row['speedup_min'])}-{format_number(row['speedup_max'])})"
+        return format_number(value) + spread
+
+    frame["value"] = frame.apply(cell, axis=1)
+    block = frame.pivot_table(index="row", columns="algorithm", values="value", aggfunc="first")
+    block = block.reindex(columns=order_algorithms(block.columns, baseline))
+    block.index.name = "cell"
+    block.columns.name = None
+    return block.reset_index().fillna("")
 
 
 def format_number(value: float) -> str:

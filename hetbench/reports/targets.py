@@ -60,14 +60,39 @@ def resolve_targets(evals: pd.DataFrame, given: dict[str, Target]) -> dict[str, 
     return targets
 
 
-def time_to_target(run_evals: pd.DataFrame, target: Target) -> tuple[float, float]:
-    """(wall seconds, iteration) of the first evaluation of one run that meets `target`.
+#: How a run's time to target was found (time_to_target's third value).
+REFINED, INTERPOLATED = "refined", "interpolated"
 
-    No interpolation: the answer is a measured point, so its resolution is the run's
-    eval_interval_s. (nan, nan) if the run never reached the target.
+
+def time_to_target(run_evals: pd.DataFrame, target: Target) -> tuple[float, float, str]:
+    """(wall seconds, iteration, how) at which one run's averaged model first met `target`.
+
+    A run that was given this target recorded the moment itself, to one worker step (a
+    "target" evaluation, found after training; how = "refined"). Otherwise the time is
+    interpolated linearly between the last evaluation below the target and the first one that
+    meets it (how = "interpolated"): an estimate, not quantised to eval_interval_s. (nan, nan,
+    "") if the run never met it.
     """
-    ordered = run_evals.sort_values(["wall_s", "kind"], kind="stable")
+    if "target" in run_evals:
+        refined = run_evals[(run_evals["kind"] == "target")
+                            & (run_evals["target"] == target.spec)]
+        if not refined.empty:
+            row = refined.iloc[0]
+            return float(row["wall_s"]), float(row["iteration"]), REFINED
+    ordered = run_evals[run_evals["kind"].isin(["snapshot", "final"])].sort_values(
+        ["wall_s", "kind"], kind="stable")
+    previous = None
     for _, row in ordered.iterrows():
-        if target.met(row.get(target.column)):
-            return float(row["wall_s"]), float(row["iteration"])
-    return math.nan, math.nan
+        value = row.get(target.column)
+        if target.met(value):
+            if previous is None or previous[target.column] == value:
+                return float(row["wall_s"]), float(row["iteration"]), INTERPOLATED
+            share = (target.value - previous[target.column]) / (value - previous[target.column])
+            share = min(max(share, 0.0), 1.0)
+            wall_s, iteration = (
+                float(previous[c] + share * (row[c] - previous[c])) for c in ("wall_s",
+                                                                               "iteration"))
+            return wall_s, iteration, INTERPOLATED
+        if value is not None and not math.isnan(value):
+            previous = row
+    return math.nan, math.nan, ""

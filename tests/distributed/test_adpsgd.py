@@ -57,3 +57,21 @@ def test_fast_workers_wait_for_a_fixed_straggler_longer_than_the_comm_timeout(tm
     by_rank = events(tmp_path, 4)
     tail_s = (by_rank[3][-1]["t_end"] - by_rank[0][-1]["t_end"]) / 1e9
     assert tail_s > 5.0  # the straggler really ran on alone for longer than the timeout
+
+
+def test_every_averaging_is_on_record_including_those_after_a_passive_workers_last_step(
+        tmp_path):
+    # Passive rank 3 is not slowed, rank 1 is: actives keep asking after a passive finished
+    # its own iterations; those averagings are in done.rank<r>.json, not in any event line.
+    import json
+
+    summary = run_config(tmp_path, algorithm="adpsgd", workload="svm", workers=4,
+                         iterations=120, slowdown="det:5@1", warmup_iterations=2)
+    assert summary["status"] == "ok", summary["cause"]
+    by_rank = events(tmp_path, 4)
+    for passive in (1, 3):
+        asked = sum(e["peer"] == passive for r in (0, 2) for e in by_rank[r])
+        in_events = sum(e["served"] for e in by_rank[passive])
+        done = json.loads((tmp_path / f"done.rank{passive}.json").read_text())
+        assert in_events + done["averagings_after_training"] == asked, passive
+    assert all(e["peers"] == 1 for r in (0, 2) for e in by_rank[r])

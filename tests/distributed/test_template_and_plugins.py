@@ -1,7 +1,5 @@
 """The template algorithm is real, and a third-party plugin registers through an entry point."""
 
-import textwrap
-
 import numpy as np
 
 from tests.helpers import final_models, run_config
@@ -54,18 +52,21 @@ class ScaledAllReduce(Algorithm):
 '''
 
 
-def test_entry_point_plugin_is_listed_and_runs(tmp_path, bench, cli_env):
+def _install_plugin(tmp_path, source: str, entry: str, cli_env) -> dict:
+    """A plugin package on a PYTHONPATH with its entry point: the environment to run bench in."""
     site = tmp_path / "site"
     site.mkdir()
-    (site / "my_plugin.py").write_text(PLUGIN)
+    (site / "my_plugin.py").write_text(source)
     dist_info = site / "my_plugin-0.1.dist-info"
     dist_info.mkdir()
     (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-plugin\nVersion: 0.1\n")
-    (dist_info / "entry_points.txt").write_text(textwrap.dedent("""
-        [hetbench.algorithms]
-        scaled-allreduce = my_plugin:ScaledAllReduce
-    """))
-    env = {**cli_env, "PYTHONPATH": str(site)}
+    (dist_info / "entry_points.txt").write_text(f"[hetbench.algorithms]\n{entry}\n")
+    return {**cli_env, "PYTHONPATH": str(site)}
+
+
+def test_entry_point_plugin_is_listed_and_runs(tmp_path, bench, cli_env):
+    env = _install_plugin(tmp_path, PLUGIN, "scaled-allreduce = my_plugin:ScaledAllReduce",
+                          cli_env)
     listed = bench("list", env=env, timeout=120)
     assert "scaled-allreduce" in listed.stdout and "scale = 1.0" in listed.stdout
     out = tmp_path / "out"
@@ -76,3 +77,64 @@ def test_entry_point_plugin_is_listed_and_runs(tmp_path, bench, cli_env):
     assert '"plugin":true' in events
     report = bench("report", out, env=env, timeout=120)
     assert report.returncode == 0 and "scaled-allreduce" in (out / "report.csv").read_text()
+
+
+LAZY = '''
+from dataclasses import dataclass
+
+import torch
+
+from hetbench.algorithms.base import Algorithm, StepInfo
+from hetbench.harness.options import opt
+from hetbench.harness.tensors import flat_params, set_flat_params
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    period: int = opt(1_000_000, "local steps between two averages")
+
+
+class LazySGD(Algorithm):
+    """Written from the template, but averaging once in a million steps: it never syncs."""
+
+    name = "lazy-sgd"
+    description = "local SGD with a huge period"
+    Config = Options
+
+    def setup(self, ctx, model, optimizer):
+        self.steps = 0
+
+    @torch.no_grad()
+    def step(self, ctx, model, optimizer):
+        optimizer.step()
+        self.steps += 1
+        if self.steps % self.config.period:
+            return StepInfo(peers=0)
+        params = flat_params(model)
+        ctx.comm.average_(params, members=ctx.worker_ranks)
+        set_flat_params(model, params)
+        return StepInfo(peers=ctx.workers - 1, staleness=0.0)
+'''
+
+
+def test_a_plugin_that_does_not_synchronize_is_flagged_in_every_report_file(tmp_path, bench,
+                                                                            cli_env):
+    env = _install_plugin(tmp_path, LAZY, "lazy-sgd = my_plugin:LazySGD", cli_env)
+    out = tmp_path / "out"
+    ran = bench("run", "--algorithms", "lazy-sgd,allreduce", "--workloads", "svm",
+                "--workers", "2", "--iterations", "30", "--out", out, env=env)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    report = bench("report", out, env=env, timeout=120)
+    assert report.returncode == 0, report.stderr
+    import pandas as pd
+
+    csv = pd.read_csv(out / "report.csv").set_index("algorithm")
+    assert csv.loc["lazy-sgd", "sync_share"] == 0 and csv.loc["allreduce", "sync_share"] == 1
+    assert "LOW SYNC" in csv.loc["lazy-sgd", "sync_flag"]
+    assert pd.isna(csv.loc["allreduce", "sync_flag"])
+    md = (out / "report.md").read_text()
+    # On the page, above the tables: the warning line and the marked throughput cell.
+    warning = md.index("**lazy-sgd on svm, 2 workers, none: LOW SYNC")
+    assert warning < md.index("## Throughput normalised")
+    assert "(low sync)" in md
+    assert "lazy-sgd on svm, 2 workers, none: LOW SYNC" in (out / "report.html").read_text()

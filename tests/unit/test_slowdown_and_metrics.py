@@ -104,3 +104,25 @@ def test_throughput_without_a_common_window_sums_each_workers_own_rate():
     assert throughput_window(events, warmup_iterations=3) is None
     # Worker 0: 2 x 10 samples in [30, 50] ms; worker 1: 7 x 10 samples in [300, 1000] ms.
     assert throughput(events, warmup_iterations=3) == pytest.approx(20 / 0.02 + 70 / 0.7)
+
+
+def test_sync_health_from_the_events_standard_fields():
+    from hetbench.harness.metrics import sync_health
+
+    events = [{"peers": 1, "staleness": 0.0}, {"peers": 0}, {"peers": 3, "staleness": 2.0},
+              {"peers": 1, "staleness": 1.0}]
+    health = sync_health(events)
+    assert health["sync_share"] == 0.75
+    assert health["mean_group_size"] == 1 + 5 / 4
+    assert health["mean_staleness"] == 1.0  # over the steps that averaged
+    assert sync_health([{"loss": 1.0}]) == {"sync_share": None, "mean_group_size": None,
+                                            "mean_staleness": None}
+
+
+def test_intended_sync_share_of_the_static_schedule_and_local_sgd():
+    from hetbench.algorithms.prague.static import PragueStatic, PragueStaticOptions
+    from hetbench.algorithms.template import LocalSGD, LocalSGDOptions
+
+    # 16 workers, 4 per node: one worker per node alone in two of every four steps.
+    assert PragueStatic.intended_sync_share(PragueStaticOptions(), 16) == 1 - 8 / 64
+    assert LocalSGD.intended_sync_share(LocalSGDOptions(period=4), 4) == 0.25
