@@ -38,6 +38,10 @@ MAX_SNAPSHOTS = 48
 #: Memory for a run with a target to keep each worker's model after every step; beyond it only
 #: every 2nd (4th, ...) step's is kept, and the time to target is found to that many iterations.
 HISTORY_BYTES = 256 * 2**20
+#: The search for the first moment a target was met (_time_to_target) probes up to this many
+#: candidate moments one by one; beyond it, it narrows in rounds of SCAN_PROBES probes first.
+LINEAR_SCAN = 1024
+SCAN_PROBES = 32
 
 #: Store key under which rank 0 publishes the services it started (runs without `bench run`).
 SERVICES_KEY = "hetbench/services"
@@ -331,10 +335,10 @@ def _time_to_target(config: RunConfig, ctx: WorkerContext, history: History,
 
     The evaluations above bracket it: the first one that met the target and the one before.
     Every step any worker ended inside that bracket changed the averaged model, so those end
-    times are the candidates; a binary search over them (each probe averages every worker's
-    model as it was at that moment and rank 0 tests it) finds the first that meets the target,
-    assuming the metric does not go back across the target inside the bracket. Returns one
-    "target" record, or none if the run never met it.
+    times are the candidates (from the start, when there are few enough). Each probe averages
+    every worker's model as it was at that moment and rank 0 tests it; the scan below finds the
+    first candidate that meets the target.
+    Returns one "target" record, or none if the run never met it.
     """
     target = parse_target(config.target)
     first = -1
@@ -348,9 +352,16 @@ def _time_to_target(config: RunConfig, ctx: WorkerContext, history: History,
              "resolution_iterations": stride, "probes": 0}
     if first == 0:
         return [found]
-    lo_s, hi_s = records[first - 1]["wall_s"], records[first]["wall_s"]
-    # Every worker's step end times inside the bracket, gathered through one padded sum.
+    hi_s = records[first]["wall_s"]
+    # The candidates: every moment some worker ended a step before the first evaluation that
+    # met the target (each changed the averaged model). All of them from the start when there
+    # are at most LINEAR_SCAN, so that a crossing the evaluations missed (the metric went above
+    # the target and back between two of them) is found too; else those inside the bracket.
+    total = int(agreed(len(history.times_between(0.0, hi_s)), ReduceOp.SUM))
+    from_start = total <= LINEAR_SCAN
+    lo_s = 0.0 if from_start else records[first - 1]["wall_s"]
     mine = history.times_between(lo_s, hi_s)
+    # Gathered through one padded sum: a row per worker, padded with hi_s.
     longest = int(agreed(len(mine), ReduceOp.MAX))
     table = torch.zeros(len(ctx.worker_ranks), longest + 1, dtype=torch.float64,
                         device=ctx.device)
@@ -358,19 +369,34 @@ def _time_to_target(config: RunConfig, ctx: WorkerContext, history: History,
     table[ctx.rank, len(mine):] = hi_s
     ctx.comm.all_reduce_(table, ReduceOp.SUM, ctx.worker_ranks)
     candidates = sorted(set(table.flatten().tolist()) | {hi_s})
-    # Binary search: candidates[hi] meets the target (the bracket's end did), lo does not.
-    lo, hi = -1, len(candidates) - 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        iteration, flat = history.at(candidates[mid])
+
+    def met_at(index: int) -> bool:
+        iteration, flat = history.at(candidates[index])
         probe = score(flat, iteration)
         found["probes"] += 1
-        met = float(ctx.rank == 0 and target.met(probe.get(target.column)))
-        if agreed(met, ReduceOp.MAX):
-            hi = mid
-            found.update(probe, wall_s=candidates[mid])
-        else:
-            lo = mid
+        met = bool(agreed(float(ctx.rank == 0 and target.met(probe.get(target.column))),
+                          ReduceOp.MAX))
+        if met:
+            found.update(probe, wall_s=candidates[index])
+        return met
+
+    # The first candidate that meets the target (the last one does: the evaluation's moment).
+    # Up to LINEAR_SCAN candidates are probed one by one, in order; more are narrowed first in
+    # rounds of SCAN_PROBES evenly spaced probes to the first sub-range whose end meets it.
+    lo, hi = 0, len(candidates) - 1  # the answer is in [lo, hi]
+    while lo < hi:
+        step = 1 if hi - lo <= LINEAR_SCAN else -(-(hi - lo) // SCAN_PROBES)
+        probes = range(lo, hi, step)
+        first_met = next((i for i in probes if met_at(i)), None)
+        if step == 1:  # every candidate below hi was probed, in order
+            hi = hi if first_met is None else first_met
+            break
+        if first_met is None:
+            lo = probes[-1] + 1
+        else:  # the probe before it failed (or it is lo)
+            lo, hi = max(lo, first_met - step + 1), first_met
+    # Exact: every step end from the start was a candidate, each probed in order.
+    found["exact"] = from_start and stride == 1
     return [found]
 
 

@@ -26,7 +26,8 @@ def test_twice_the_pacing_takes_twice_as_long_to_the_target(tmp_path):
         done = run_config(tmp_path / f"p{pace_ms}", pace_ms=pace_ms, **COMMON)
         assert done["status"] == "ok", done["cause"]
     fast, slow = _target_record(tmp_path / "p40"), _target_record(tmp_path / "p80")
-    assert fast["iteration"] == slow["iteration"]  # the same step met it
+    # The same step met it (give or take the other worker's step ending just before or after).
+    assert abs(fast["iteration"] - slow["iteration"]) <= 1
     assert fast["resolution_iterations"] == slow["resolution_iterations"] == 1
     assert slow["wall_s"] / fast["wall_s"] == pytest.approx(2.0, rel=0.10)
     # The report uses the refined time, not the evaluation grid.

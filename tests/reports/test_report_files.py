@@ -48,7 +48,9 @@ def test_write_report_writes_every_file(results):
     assert "Pacing on: a floor of 10 ms" in md
     assert "Target for mlp-digits: test accuracy >= 0.6 (from --target)" in md
     ttt = pd.read_csv(paths["time_to_target_csv"]).set_index(["algorithm", "slowdown"])
-    assert ttt.loc[("allreduce", "none"), "time_to_target_s"] == pytest.approx(0.5)
+    # The fixtures' evaluations: below 0.6 at 0.4 s, above at 0.5 s; interpolated in between.
+    assert 0.4 < ttt.loc[("allreduce", "none"), "time_to_target_s"] <= 0.5
+    assert ttt.loc[("allreduce", "none"), "resolution"] == "interpolated"
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +104,9 @@ def test_compare_marks_what_the_seeds_do_not_support():
     assert two["seeds"] == 2 and two["baseline_seeds"] == 2
     overlap = a.low <= b.high and b.low <= a.high
     assert (two["throughput_note"] == "unsupported: intervals overlap") == overlap
-    # allreduce reached 0.6 at 1.0 s with both seeds; ps-async at 0.5 s and 0.7 s.
-    assert two["time_to_target_ratio"] == pytest.approx(0.6 / 1.0)
+    # allreduce reached 0.6 at 1.0 s with both seeds; ps-async at 0.5 s and 0.7 s: the
+    # interpolated times fall a little before those evaluations (within 0.1 s of each).
+    assert 0.5 / 1.0 < two["time_to_target_ratio"] < 0.6 / 0.9
 
 
 def test_ratio_support_rule():
