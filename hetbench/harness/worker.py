@@ -8,6 +8,7 @@ harness times each phase; the algorithm reports only how long it was blocked on 
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import json
 import os
@@ -38,10 +39,14 @@ MAX_SNAPSHOTS = 48
 #: Memory for a run with a target to keep each worker's model after every step; beyond it only
 #: every 2nd (4th, ...) step's is kept, and the time to target is found to that many iterations.
 HISTORY_BYTES = 256 * 2**20
-#: The search for the first moment a target was met (_time_to_target) probes up to this many
-#: candidate moments one by one; beyond it, it narrows in rounds of SCAN_PROBES probes first.
-LINEAR_SCAN = 1024
-SCAN_PROBES = 32
+#: What rank 0 may receive of the workers' models to find the first moment a target was met
+#: from the start of the run (_time_to_target); beyond it, from the evaluation before it.
+GATHER_BYTES = 512 * 2**20
+TARGET_TAG = 71
+#: Candidate moments rank 0 tests one by one for that first moment; beyond this many it narrows
+#: them first in rounds of SCAN_PROBES evenly spaced tests (an evaluation can take 30 ms).
+LINEAR_PROBES = 256
+SCAN_PROBES = 64
 
 #: Store key under which rank 0 publishes the services it started (runs without `bench run`).
 SERVICES_KEY = "hetbench/services"
@@ -90,29 +95,31 @@ class History:
     def __init__(self, budget_bytes: int = HISTORY_BYTES):
         self.budget_bytes = budget_bytes
         self.stride = 1
-        #: (seconds since the common start, the next iteration, the flat model), in time order.
-        self.entries: list[tuple[float, int, torch.Tensor]] = []
+        #: Seconds since the common start at which each kept step ended, in order, and beside
+        #: them the iteration that followed and the flat model.
+        self.times: list[float] = []
+        self.states: list[tuple[int, torch.Tensor]] = []
 
     def add(self, elapsed_s: float, iteration: int, model) -> None:
         if iteration % self.stride:
             return
-        self.entries.append((elapsed_s, iteration, flat_params(model).clone()))
-        size = sum(e[2].numel() * e[2].element_size() for e in self.entries[:1])
-        while len(self.entries) > 1 and size * len(self.entries) > self.budget_bytes:
+        flat = flat_params(model).clone()
+        self.times.append(elapsed_s)
+        self.states.append((iteration, flat))
+        while len(self.states) > 1 and (
+                len(self.states) * flat.numel() * flat.element_size() > self.budget_bytes):
             self.stride *= 2
-            self.entries = [e for e in self.entries if e[1] % self.stride == 0]
+            kept = [i for i, (it, _) in enumerate(self.states) if it % self.stride == 0]
+            self.times = [self.times[i] for i in kept]
+            self.states = [self.states[i] for i in kept]
 
     def times_between(self, lo_s: float, hi_s: float) -> list[float]:
-        return [t for t, _, _ in self.entries if lo_s < t <= hi_s]
+        return self.times[bisect.bisect_right(self.times, lo_s):
+                          bisect.bisect_right(self.times, hi_s)]
 
     def at(self, t_s: float) -> tuple[int, torch.Tensor]:
         """The iteration and model this worker had at `t_s` (its latest step ended by then)."""
-        latest = self.entries[0]
-        for entry in self.entries:
-            if entry[0] > t_s:
-                break
-            latest = entry
-        return latest[1], latest[2]
+        return self.states[max(0, bisect.bisect_right(self.times, t_s) - 1)]
 
 
 def sync_fields(info: StepInfo) -> dict[str, Any]:
@@ -321,7 +328,7 @@ def _evaluate(config: RunConfig, ctx: WorkerContext, workload: Workload, model,
     records.append({"kind": "final", "wall_s": agreed(end_s, ReduceOp.MAX),
                     **score(flat_params(model), iterations_done)})
     if history is not None:
-        records.extend(_time_to_target(config, ctx, history, records, score, agreed))
+        records.extend(_time_to_target(config, ctx, workload, model, history, records, agreed))
     if ctx.rank == 0:
         log = EventLog(run_dir / "eval.jsonl")
         for record in records:
@@ -329,16 +336,17 @@ def _evaluate(config: RunConfig, ctx: WorkerContext, workload: Workload, model,
         log.close()
 
 
-def _time_to_target(config: RunConfig, ctx: WorkerContext, history: History,
-                    records: list[dict], score, agreed) -> list[dict]:
+def _time_to_target(config: RunConfig, ctx: WorkerContext, workload: Workload, model,
+                    history: History, records: list[dict], agreed) -> list[dict]:
     """The first moment the averaged model met config.target, to one step of one worker.
 
-    The evaluations above bracket it: the first one that met the target and the one before.
-    Every step any worker ended inside that bracket changed the averaged model, so those end
-    times are the candidates (from the start, when there are few enough). Each probe averages
-    every worker's model as it was at that moment and rank 0 tests it; the scan below finds the
-    first candidate that meets the target.
-    Returns one "target" record, or none if the run never met it.
+    The evaluations above bound it: the first one that met the target. Every step any worker
+    ended before that changed the averaged model, so those end times are the candidates, all of
+    them from the start (a crossing the evaluations missed, the metric going above the target
+    and back between two of them, counts too). Every worker sends rank 0 its models from that
+    window; rank 0 averages them as they were at each candidate moment and tests it, in time
+    order (see LINEAR_PROBES), until one meets the target. Beyond GATHER_BYTES the window
+    shrinks to the bracket (from the evaluation before). Returns one "target" record on rank 0.
     """
     target = parse_target(config.target)
     first = -1
@@ -349,54 +357,84 @@ def _time_to_target(config: RunConfig, ctx: WorkerContext, history: History,
         return []
     stride = int(agreed(history.stride, ReduceOp.MAX))
     found = {**records[first], "kind": "target", "target": config.target,
-             "resolution_iterations": stride, "probes": 0}
+             "resolution_iterations": stride, "probes": 0, "exact": stride == 1}
     if first == 0:
-        return [found]
+        return [found] if ctx.rank == 0 else []
     hi_s = records[first]["wall_s"]
-    # The candidates: every moment some worker ended a step before the first evaluation that
-    # met the target (each changed the averaged model). All of them from the start when there
-    # are at most LINEAR_SCAN, so that a crossing the evaluations missed (the metric went above
-    # the target and back between two of them) is found too; else those inside the bracket.
-    total = int(agreed(len(history.times_between(0.0, hi_s)), ReduceOp.SUM))
-    from_start = total <= LINEAR_SCAN
-    lo_s = 0.0 if from_start else records[first - 1]["wall_s"]
-    mine = history.times_between(lo_s, hi_s)
-    # Gathered through one padded sum: a row per worker, padded with hi_s.
-    longest = int(agreed(len(mine), ReduceOp.MAX))
-    table = torch.zeros(len(ctx.worker_ranks), longest + 1, dtype=torch.float64,
-                        device=ctx.device)
-    table[ctx.rank, :len(mine)] = torch.tensor(mine, dtype=torch.float64)
-    table[ctx.rank, len(mine):] = hi_s
-    ctx.comm.all_reduce_(table, ReduceOp.SUM, ctx.worker_ranks)
-    candidates = sorted(set(table.flatten().tolist()) | {hi_s})
+    state_bytes = history.states[0][1].numel() * history.states[0][1].element_size()
+    window = int(agreed(len(history.times_between(0.0, hi_s)) + 1, ReduceOp.SUM))
+    lo_s = 0.0
+    if window * state_bytes > GATHER_BYTES:
+        lo_s = records[first - 1]["wall_s"]
+        found["exact"] = False
+        window = int(agreed(len(history.times_between(lo_s, hi_s)) + 1, ReduceOp.SUM))
+        if window * state_bytes > GATHER_BYTES:
+            _note(ctx.rank, f"time to target not refined: {window} models of {state_bytes} "
+                            "bytes would not fit; reports interpolate between evaluations")
+            return []
+    # Each worker's states in (lo_s, hi_s], after the one it had at lo_s; counts first.
+    times = [lo_s, *history.times_between(lo_s, hi_s)]
+    counts = torch.zeros(ctx.workers, dtype=torch.float64, device=ctx.device)
+    counts[ctx.rank] = len(times)
+    ctx.comm.all_reduce_(counts, ReduceOp.SUM, ctx.worker_ranks)
+    mine = [history.at(t) for t in times]
+    payload = torch.stack([flat for _, flat in mine])
+    meta = torch.tensor([[t, it] for t, (it, _) in zip(times, mine, strict=True)],
+                        dtype=torch.float64, device=ctx.device)
+    if ctx.rank != 0:
+        ctx.comm.send(meta, 0, tag=TARGET_TAG)
+        ctx.comm.send(payload, 0, tag=TARGET_TAG)
+        return []
+    per_worker = [(meta, payload)]
+    for w in range(1, ctx.workers):
+        n = int(counts[w].item())
+        meta_w = torch.empty(n, 2, dtype=torch.float64, device=ctx.device)
+        payload_w = torch.empty(n, payload.shape[1], dtype=payload.dtype, device=ctx.device)
+        ctx.comm.recv(meta_w, src=w, tag=TARGET_TAG)
+        ctx.comm.recv(payload_w, src=w, tag=TARGET_TAG)
+        per_worker.append((meta_w, payload_w))
+    # The candidates: each moment some worker ended a step, in time order; the bracket's end
+    # (the evaluation that met the target) is the last.
+    worker_times = [m[:, 0].tolist() for m, _ in per_worker]
+    candidates = [*sorted({t for ts in worker_times for t in ts[1:]} - {hi_s}), hi_s]
+    original = flat_params(model)
 
-    def met_at(index: int) -> bool:
-        iteration, flat = history.at(candidates[index])
-        probe = score(flat, iteration)
+    def met_at(j: int) -> bool:
+        """Evaluate the average of every worker's model as it was at candidates[j]."""
+        if j == len(candidates) - 1:
+            return True  # the evaluation above did
+        t = candidates[j]
+        current = [bisect.bisect_right(ts, t) - 1 for ts in worker_times]
+        models = [per_worker[w][1][i] for w, i in enumerate(current)]
+        mean = (sum(m.double() for m in models) / ctx.workers).to(payload.dtype)
+        set_flat_params(model, mean)
+        scores = workload.evaluate(model)
         found["probes"] += 1
-        met = bool(agreed(float(ctx.rank == 0 and target.met(probe.get(target.column))),
-                          ReduceOp.MAX))
-        if met:
-            found.update(probe, wall_s=candidates[index])
-        return met
+        if not target.met(scores.get(target.column)):
+            return False
+        iterations = [per_worker[w][0][i, 1].item() for w, i in enumerate(current)]
+        found.update(scores, wall_s=t, iteration=sum(iterations) / ctx.workers,
+                     consensus_distance=sum(float((m - mean).pow(2).sum()) for m in models)
+                     / ctx.workers)
+        return True
 
-    # The first candidate that meets the target (the last one does: the evaluation's moment).
-    # Up to LINEAR_SCAN candidates are probed one by one, in order; more are narrowed first in
-    # rounds of SCAN_PROBES evenly spaced probes to the first sub-range whose end meets it.
+    # The first candidate that meets the target. Up to LINEAR_PROBES are tested one by one, in
+    # order; more are first narrowed in rounds of SCAN_PROBES evenly spaced probes to the first
+    # sub-range whose end meets it (a shorter excursion above the target inside an earlier
+    # sub-range is then missed, and the record says it is not exact).
     lo, hi = 0, len(candidates) - 1  # the answer is in [lo, hi]
     while lo < hi:
-        step = 1 if hi - lo <= LINEAR_SCAN else -(-(hi - lo) // SCAN_PROBES)
+        step = 1 if hi - lo <= LINEAR_PROBES else -(-(hi - lo) // SCAN_PROBES)
         probes = range(lo, hi, step)
-        first_met = next((i for i in probes if met_at(i)), None)
-        if step == 1:  # every candidate below hi was probed, in order
-            hi = hi if first_met is None else first_met
+        first_met = next((j for j in probes if met_at(j)), None)
+        if step == 1:  # every candidate below hi was tested, in order
             break
+        found["exact"] = False
         if first_met is None:
             lo = probes[-1] + 1
         else:  # the probe before it failed (or it is lo)
             lo, hi = max(lo, first_met - step + 1), first_met
-    # Exact: every step end from the start was a candidate, each probed in order.
-    found["exact"] = from_start and stride == 1
+    set_flat_params(model, original)
     return [found]
 
 
