@@ -74,20 +74,25 @@ class Report:
         return self.throughput.reindex(columns=columns)
 
     def flagged_blocks(self) -> dict[str, pd.DataFrame]:
-        """The Prague-layout blocks, a flagged cell's value marked "(low sync)" in place."""
-        flags = {(r["workload"], r["slowdown"], r["algorithm"])
-                 for _, r in self.throughput.iterrows() if r.get("sync_flag")}
+        """The Prague-layout blocks with each flagged cell's value marked in place: "(low sync)",
+        or "(sync unknown)" for an algorithm that does not record its peers."""
         one_size = self.throughput["workers"].nunique() == 1
+        marks = {}
+        for _, r in self.throughput.iterrows():
+            if r.get("sync_flag"):
+                row = r["workload"] if one_size else f"{r['workload']} ({r['workers']} workers)"
+                marks[(row, r["slowdown"], r["algorithm"])] = (
+                    " (sync unknown)" if r["sync_flag"].startswith("synchronization not")
+                    else " (low sync)")
         blocks = {}
         for slowdown, block in self.prague.items():
             marked = block.astype(object).copy()
             for i, row in block.iterrows():
-                workload = row["workload"] if one_size else row["workload"].split(" (")[0]
                 for algorithm in block.columns[1:]:
                     value = row[algorithm]
                     text = format_number(value) if isinstance(value, float) else value
-                    if (workload, slowdown, algorithm) in flags and text:
-                        text += " (low sync)"
+                    if text:
+                        text += marks.get((row["workload"], slowdown, algorithm), "")
                     marked.at[i, algorithm] = text
             blocks[slowdown] = marked
         return blocks

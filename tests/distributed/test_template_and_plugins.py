@@ -82,38 +82,26 @@ def test_entry_point_plugin_is_listed_and_runs(tmp_path, bench, cli_env):
 LAZY = '''
 from dataclasses import dataclass
 
-import torch
-
-from hetbench.algorithms.base import Algorithm, StepInfo
+from hetbench.algorithms.template import LocalSGD, LocalSGDOptions
 from hetbench.harness.options import opt
-from hetbench.harness.tensors import flat_params, set_flat_params
 
 
 @dataclass(frozen=True, kw_only=True)
-class Options:
+class Options(LocalSGDOptions):
     period: int = opt(1_000_000, "local steps between two averages")
 
 
-class LazySGD(Algorithm):
-    """Written from the template, but averaging once in a million steps: it never syncs."""
+class LazySGD(LocalSGD):
+    """The template's local SGD, averaging once in a million steps: it never syncs, while its
+    author claims it synchronizes every iteration like the baselines."""
 
     name = "lazy-sgd"
     description = "local SGD with a huge period"
     Config = Options
 
-    def setup(self, ctx, model, optimizer):
-        self.steps = 0
-
-    @torch.no_grad()
-    def step(self, ctx, model, optimizer):
-        optimizer.step()
-        self.steps += 1
-        if self.steps % self.config.period:
-            return StepInfo(peers=0)
-        params = flat_params(model)
-        ctx.comm.average_(params, members=ctx.worker_ranks)
-        set_flat_params(model, params)
-        return StepInfo(peers=ctx.workers - 1, staleness=0.0)
+    @classmethod
+    def intended_sync_share(cls, config, workers):
+        return 1.0
 '''
 
 

@@ -85,8 +85,9 @@ def test_report_html_in_headless_chromium(results, tmp_path):
     assert len(found["images"]) == len(pngs) == 3
     for image in found["images"]:
         assert image["width"] > 0 and image["height"] > 0, image
-    # Prague blocks (none, prob:3), throughput, time to target, runs not ok, metadata.
-    assert len(found["tables"]) == 6 and all(rows >= 2 for rows in found["tables"])
+    # Time-to-target speedups, Prague blocks (none, prob:3), synchronization health,
+    # throughput, time to target, runs not ok, metadata.
+    assert len(found["tables"]) == 8 and all(rows >= 2 for rows in found["tables"])
     assert found["title"].startswith("hetbench report")
     shot = tmp_path / "report.png"
     result = chromium(tmp_path, paths["html"], f"--screenshot={shot}", "--window-size=1280,3000")
