@@ -43,9 +43,11 @@ HISTORY_BYTES = 256 * 2**20
 #: from the start of the run (_time_to_target); beyond it, from the evaluation before it.
 GATHER_BYTES = 512 * 2**20
 TARGET_TAG = 71
-#: Candidate moments rank 0 tests one by one for that first moment; beyond this many it narrows
-#: them first in rounds of SCAN_PROBES evenly spaced tests (an evaluation can take 30 ms).
-LINEAR_PROBES = 256
+#: Candidate moments rank 0 tests one by one for that first moment (a test is one evaluation of
+#: the averaged model, no communication: about 2 ms for svm or mlp-digits); beyond this many it
+#: narrows them first in rounds of SCAN_PROBES evenly spaced tests, and can then miss a brief
+#: excursion above the target (hop on svm, 8 workers: 20-25% later than the exact first moment).
+LINEAR_PROBES = 4096
 SCAN_PROBES = 64
 
 #: Store key under which rank 0 publishes the services it started (runs without `bench run`).
