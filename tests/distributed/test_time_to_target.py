@@ -29,6 +29,7 @@ def test_twice_the_pacing_takes_twice_as_long_to_the_target(tmp_path):
     # The same step met it (give or take the other worker's step ending just before or after).
     assert abs(fast["iteration"] - slow["iteration"]) <= 1
     assert fast["resolution_iterations"] == slow["resolution_iterations"] == 1
+    assert fast["exact"] and slow["exact"]  # every step end from the start was tested
     assert slow["wall_s"] / fast["wall_s"] == pytest.approx(2.0, rel=0.10)
     # The report uses the refined time, not the evaluation grid.
     runs = load_runs(tmp_path)
