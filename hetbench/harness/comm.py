@@ -3,6 +3,17 @@
 Algorithms talk to peers through this object, so the transport (gloo on CPU, NCCL on CUDA) and
 its timeouts live in one place. Every blocking call is bounded by the process group's timeout, so
 a dead peer turns into an exception instead of a hang.
+
+Which primitive for which pattern:
+- every worker together (all-reduce, average, broadcast, barrier): `members=ctx.worker_ranks`
+  (or None for the whole world, server ranks included);
+- fixed groups known at setup: create them in setup() with `group(members)` on every rank, in
+  the same order (torch's new_group is collective over the world), then pass `members=`;
+- groups formed on the fly, by their members alone (a different partner each step): `p_reduce_`
+  (the mean over the members); `average_(members=...)` does the same for a set that had no group
+  at setup. Any other collective over such a set is refused at once (CommMisuse), since it
+  would need every rank of the world and hang until the timeout;
+- point to point: send/recv/isend/irecv, or a `channel` (made in setup) for a serving thread.
 """
 
 from __future__ import annotations
@@ -18,6 +29,10 @@ import torch
 import torch.distributed as dist
 
 ReduceOp = dist.ReduceOp
+
+
+class CommMisuse(RuntimeError):
+    """An operation that could only hang: refused at once, with the primitive to use instead."""
 
 
 class Comm:
@@ -47,6 +62,8 @@ class Comm:
         self._preduce_stale: list[str] = []
         self._preduce_reaper: tuple[queue.SimpleQueue, threading.Thread] | None = None
         self._gloo_device = None
+        # Groups and channels can be created (collectively, by every rank) until end_setup().
+        self._setup_open = True
 
     @classmethod
     def connect(cls, rank: int, world_size: int, host: str | None, port: int | None,
@@ -62,6 +79,12 @@ class Comm:
                                 device_id=device if device.type == "cuda" else None)
         return cls(rank, world_size, device, backend, store, timeout_s)
 
+    def end_setup(self) -> None:
+        """Training starts: from now on a subset of ranks without a group is formed on the fly,
+        by its members alone, so creating one through torch (a collective over the whole world)
+        could only hang; group() and channel() refuse it, average_() uses p_reduce_."""
+        self._setup_open = False
+
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -74,10 +97,17 @@ class Comm:
         return tensor
 
     def average_(self, tensor: torch.Tensor, members: Sequence[int] | None = None) -> torch.Tensor:
-        """In-place mean over the world or over `members`."""
+        """In-place mean over the world or over `members`: a group made at setup, or (after
+        setup) any set this rank belongs to, formed on the fly (then it is p_reduce_)."""
+        if members is not None and not self._setup_open and not self._has_group(members):
+            return self.p_reduce_(tensor, members)
         n = self.world_size if members is None else len(members)
         self.all_reduce_(tensor, members=members)
         return tensor.div_(n)
+
+    def _has_group(self, members: Sequence[int]) -> bool:
+        key = tuple(sorted(members))
+        return len(key) == self.world_size or key in self._groups
 
     def broadcast_(self, tensor: torch.Tensor, src: int,
                    members: Sequence[int] | None = None) -> torch.Tensor:
@@ -111,6 +141,9 @@ class Comm:
         rank, in the same order. Use it through the *_on methods.
         """
         key = (name, tuple(sorted(members)) if members is not None else None)
+        if key not in self._channels and not self._setup_open:
+            raise CommMisuse(f"Comm: channel {name!r} was first asked for after setup; channels "
+                             "are made by every rank together: create it in setup()")
         if key not in self._channels:
             ranks = list(key[1]) if key[1] is not None else list(range(self.world_size))
             self._channels[key] = dist.new_group(ranks, timeout=self.timeout)
@@ -144,6 +177,11 @@ class Comm:
             return None
         if key in self._groups:
             return self._groups[key]
+        if not self._setup_open:
+            raise CommMisuse(
+                f"Comm: ranks {list(key)} have no group, and one made now would need every rank "
+                "of the world (a hang): create fixed groups in setup() with ctx.comm.group("
+                "members); for groups formed on the fly use ctx.comm.p_reduce_(tensor, members)")
         group = dist.new_group(list(key), timeout=self.timeout, use_local_synchronization=False)
         self._groups[key] = group
         return group

@@ -165,6 +165,7 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous,
         algorithm.setup(ctx, model, optimizer)
         _note(rank, "set up; waiting for the common start")
         comm.barrier()  # common start: nobody's clock runs during the others' set-up
+        comm.end_setup()
         _note(rank, "training")
         t0_ns = time.time_ns()
         # This process's CPU time (all its threads) while training: what the run cost the cores

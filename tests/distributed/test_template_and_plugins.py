@@ -126,3 +126,46 @@ def test_a_plugin_that_does_not_synchronize_is_flagged_in_every_report_file(tmp_
     assert warning < md.index("## Throughput normalised")
     assert "(low sync)" in md
     assert "lazy-sgd on svm, 2 workers, none: LOW SYNC" in (out / "report.html").read_text()
+
+
+PAIRS = '''
+import torch
+
+from hetbench.algorithms.base import Algorithm, StepInfo
+from hetbench.harness.tensors import flat_params, set_flat_params
+
+
+class PairSGD(Algorithm):
+    """Written from the README: average with a different partner each step."""
+
+    name = "pair-sgd"
+    description = "pairs formed on the fly"
+
+    def setup(self, ctx, model, optimizer):
+        self.steps = 0
+
+    @torch.no_grad()
+    def step(self, ctx, model, optimizer):
+        optimizer.step()
+        partner = ctx.rank ^ (1 if self.steps % 2 == 0 else 2)
+        self.steps += 1
+        params = flat_params(model)
+        ctx.comm.average_(params, members=[ctx.rank, partner])
+        set_flat_params(model, params)
+        return StepInfo(peers=1, staleness=0.0)
+'''
+
+
+def test_a_plugin_averaging_with_a_new_partner_each_step_runs_under_a_straggler(
+        tmp_path, bench, cli_env):
+    # average_ over a set that had no group at setup used to go through torch's new_group,
+    # which every rank of the world must call: under det:5@1 the run hung for the 30 s timeout.
+    env = _install_plugin(tmp_path, PAIRS, "pair-sgd = my_plugin:PairSGD", cli_env)
+    out = tmp_path / "out"
+    ran = bench("run", "--algorithms", "pair-sgd", "--workloads", "svm", "--workers", "4",
+                "--slowdown", "det:5@1", "--iterations", "20", "--out", out, env=env)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    import json
+
+    (summary,) = [json.loads(p.read_text()) for p in out.glob("pair-sgd-*/summary.json")]
+    assert summary["status"] == "ok" and summary["sync_share"] == 1.0
