@@ -10,10 +10,11 @@ so the whole Algorithm contract is visible in one screen:
 3. `setup` runs on every rank before the clock starts: create process groups here.
 4. `step` is called after forward/backward with gradients in p.grad: apply the local update and
    synchronize through ctx.comm (never torch.distributed directly; comm.py's docstring says
-   which primitive serves which pattern: groups formed on the fly use p_reduce_). Return a StepInfo: time you
-   spent blocked on peers (wait_s), how many peers' models went into this step's update
-   (peers; 0 for a local step) and how stale they were (staleness, in iterations): reports show
-   them as synchronization health beside throughput. Add any fields for the event log.
+   which primitive serves which pattern: groups formed on the fly use p_reduce_). Return a
+   StepInfo: time you spent blocked on peers (wait_s), how many peers' models went into this
+   step's update (peers; 0 for a local step) and how stale they were (staleness, in
+   iterations): reports show them as synchronization health beside throughput. Add any fields
+   for the event log.
 5. `intended_sync_share` says how often the protocol means to average (here 1 step in
    `period`); a report flags a run that averages markedly less than that. Without it the
    harness assumes every iteration.
