@@ -13,6 +13,7 @@ import click
 
 from hetbench.cli_flags import matrix_flags
 from hetbench.errors import UserError
+from hetbench.harness.signals import exit_code, interrupted_cause, stop_on_signals
 
 EXIT_BAD_INPUT = 2
 
@@ -155,6 +156,10 @@ def _run_with_progress(configs, out_dir: Path, force: bool) -> None:
         def on_progress(done, expected):
             progress.update(run_task, completed=done, total=expected or None)
 
+        def on_set_aside(config, what):
+            console.print(f"[yellow]rerun[/yellow] {escape(config.label())}: an earlier attempt "
+                          f"did not finish ({escape(what)})")
+
         def on_done(outcome):
             nonlocal failures
             s = outcome.summary
@@ -175,11 +180,12 @@ def _run_with_progress(configs, out_dir: Path, force: bool) -> None:
 
         try:
             run_matrix(configs, out_dir, force=force, on_start=on_start, on_done=on_done,
-                       on_progress=on_progress)
-        except KeyboardInterrupt:
-            console.print("[yellow]interrupted[/yellow]: finished runs are kept; the running one "
-                          "is marked interrupted. Rerun the same command to resume.")
-            sys.exit(130)
+                       on_progress=on_progress, on_set_aside=on_set_aside)
+        except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM or SIGHUP
+            console.print(f"[yellow]interrupted[/yellow] ({escape(interrupted_cause(exc))}): "
+                          "finished runs are kept; the running one is marked interrupted. "
+                          "Rerun the same command to resume.")
+            sys.exit(exit_code(exc))
     console.print(escape(f"results in {out_dir}; `bench report {out_dir}` writes the report"))
     if failures:
         console.print(f"[red]{failures} of {len(configs)} run(s) failed[/red] (see summary.json)")
@@ -202,6 +208,7 @@ _add_commands()
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
+    stop_on_signals()
     try:
         cli.main(args=args, prog_name="bench", standalone_mode=False)
     except UserError as exc:
@@ -211,9 +218,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_BAD_INPUT)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.Abort:
+    except click.Abort as exc:  # click's form of Ctrl-C (and of SIGTERM / SIGHUP: Stopped)
         click.echo("aborted", err=True)
-        sys.exit(130)
+        sys.exit(exit_code(exc))
     except click.ClickException as exc:
         if debug:
             raise

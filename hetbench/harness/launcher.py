@@ -24,6 +24,7 @@ from typing import Any
 from hetbench.errors import UserError
 from hetbench.harness.config import LAUNCHERS, SCHEMA_VERSION, RunConfig
 from hetbench.harness.metrics import sync_health, throughput, time_breakdown
+from hetbench.harness.signals import exit_with, interrupted_cause
 from hetbench.harness.store import (
     SERVICE_CPU_FILE,
     environment,
@@ -170,7 +171,8 @@ class LocalLauncher:
     def _spawn(self, config: RunConfig, run_dir: Path, rank: int,
                port: int) -> multiprocessing.Process:
         proc = _forkserver().Process(
-            target=_rank_main, args=(run_dir, rank, port), name=f"hetbench-rank{rank}")
+            target=_rank_main, args=(run_dir, rank, port, os.getpid()),
+            name=f"hetbench-rank{rank}")
         proc.start()
         return proc
 
@@ -215,13 +217,16 @@ def _forkserver():
     return ctx
 
 
-def _rank_main(run_dir: Path, rank: int, port: int) -> None:
+def _rank_main(run_dir: Path, rank: int, port: int, launcher_pid: int) -> None:
     """Body of a rank's process: its own process group, its own log file, then the worker."""
     # Own process group: Ctrl-C at the terminal reaches only the launcher, which then kills
     # each rank's whole group, so nothing is left behind. Not its own session (setsid): Linux
     # schedules each session as a separate autogroup, and ranks in separate autogroups ran
     # about 10% slower than ranks sharing one (measured, benchmarks/allreduce_vs_ddp.py).
     os.setpgid(0, 0)
+    # A launcher killed outright (SIGKILL, OOM) takes the rank with it instead of leaving it
+    # training with half its peers (harness.signals says why not PR_SET_PDEATHSIG here).
+    exit_with(launcher_pid)
     os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     from hetbench.harness.worker import log_to_run_dir, main
 
@@ -249,8 +254,8 @@ def record_run(config: RunConfig, run_dir: Path, train: Callable[[dict[str, Any]
             finally:
                 cleanup()
         status = "ok" if cause is None else "failed"
-    except KeyboardInterrupt:
-        status, cause = "interrupted", "interrupted by the user (Ctrl-C)"
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (harness.signals)
+        status, cause = "interrupted", interrupted_cause(exc)
         raise
     except Exception as exc:
         status, cause = "failed", f"launcher: {type(exc).__name__}: {exc}"

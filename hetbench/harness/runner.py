@@ -34,17 +34,27 @@ def finished_summary(run_dir: Path) -> dict[str, Any] | None:
     return summary if summary.get("status") == "ok" else None
 
 
-def set_aside(run_dir: Path, out_dir: Path) -> None:
-    """Move an unfinished attempt to out/.attempts/ so a rerun starts clean and nothing is lost."""
+def set_aside(run_dir: Path, out_dir: Path) -> str:
+    """Move an unfinished attempt to out/.attempts/ so a rerun starts clean and nothing is lost;
+    returns what had happened to it, for the user."""
+    try:
+        summary = read_json(run_dir / "summary.json")
+        what = f"{summary.get('status')}: {summary.get('cause')}"
+    except (OSError, ValueError):
+        what = "no summary.json: its launcher was killed (or died) while it ran"
     attempts = out_dir / ".attempts"
     attempts.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(run_dir), attempts / f"{run_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    where = attempts / f"{run_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    shutil.move(str(run_dir), where)
+    return f"{what}; kept as {where}"
 
 
 def run_matrix(configs: list[RunConfig], out_dir: Path, force: bool = False,
                on_start: Callable[[RunConfig], None] | None = None,
                on_done: Callable[[RunOutcome], None] | None = None,
-               on_progress: Callable[[int, int], None] | None = None) -> list[RunOutcome]:
+               on_progress: Callable[[int, int], None] | None = None,
+               on_set_aside: Callable[[RunConfig, str], None] | None = None,
+               ) -> list[RunOutcome]:
     outcomes = []
     # Made before the first run: a launcher that cannot work here (no mpirun) is bad input.
     launchers = {name: make_launcher(name, on_progress=on_progress)
@@ -57,7 +67,9 @@ def run_matrix(configs: list[RunConfig], out_dir: Path, force: bool = False,
             outcome = RunOutcome(config, run_dir, summary, skipped=True)
         else:
             if run_dir.exists():
-                set_aside(run_dir, out_dir)
+                what = set_aside(run_dir, out_dir)
+                if on_set_aside:
+                    on_set_aside(config, what)
             if on_start:
                 on_start(config)
             summary = launcher.run(config, run_dir)

@@ -29,6 +29,7 @@ import grpc
 from hetbench.algorithms.prague import group_generator_pb2 as pb
 from hetbench.algorithms.prague import group_generator_pb2_grpc as pb_grpc
 from hetbench.algorithms.prague.generator import GroupGenerator
+from hetbench.harness.signals import die_with_parent
 
 #: How long the launcher waits for the server to say its port.
 START_TIMEOUT_S = 30.0
@@ -182,6 +183,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("spec", help="JSON of GroupGenerator's arguments")
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     args = parser.parse_args(argv)
+    # Its parent is bench (or rank 0): if that is killed outright, stop too (SIGTERM: cleanly).
+    die_with_parent(signal.SIGTERM)
     spec = json.loads(args.spec)
     generator = GroupGenerator(spec.pop("workers"), spec.pop("group_size"), **spec)
     server, port = start_server(generator, host=args.host)
