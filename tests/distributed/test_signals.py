@@ -59,6 +59,7 @@ def test_a_terminating_signal_stops_bench_like_ctrl_c(tmp_path, bench_cmd, cli_e
     assert _all_gone(pids, GONE_S) == []
 
 
+@pytest.mark.slow  # two runs of about 15 s each; CI runs it
 @pytest.mark.parametrize("algorithm", ["prague-smart", "hop"])
 def test_sigkill_to_bench_leaves_no_process_and_the_rerun_says_so(tmp_path, bench_cmd, cli_env,
                                                                    algorithm):
