@@ -99,13 +99,14 @@ class Comm:
     def average_(self, tensor: torch.Tensor, members: Sequence[int] | None = None) -> torch.Tensor:
         """In-place mean over the world or over `members`: a group made at setup, or (after
         setup) any set this rank belongs to, formed on the fly (then it is p_reduce_)."""
-        if members is not None and not self._setup_open and not self._has_group(members):
+        if members is not None and not self._setup_open and not self._is_made(members):
             return self.p_reduce_(tensor, members)
         n = self.world_size if members is None else len(members)
         self.all_reduce_(tensor, members=members)
         return tensor.div_(n)
 
-    def _has_group(self, members: Sequence[int]) -> bool:
+    def _is_made(self, members: Sequence[int]) -> bool:
+        """Whether group(members) is the world or a group made at setup (no collective)."""
         key = tuple(sorted(members))
         return len(key) == self.world_size or key in self._groups
 

@@ -48,6 +48,7 @@ def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
     evals, bad = read_jsonl(run_dir / "eval.jsonl")
     torn += bad
     final = next((e for e in reversed(evals) if e.get("kind") == "final"), {})
+    done = done_records(config, run_dir)
     snapshots = [e["consensus_distance"] for e in evals
                  if e.get("kind") == "snapshot" and e.get("consensus_distance") is not None]
     all_events = [e for events in events_by_rank.values() for e in events]
@@ -69,35 +70,31 @@ def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
         **sync_health(all_events),
         "sync_intended": config.algorithm_class().intended_sync_share(
             config.algorithm_config(), config.workers),
-        "averagings_after_training": _done_total(config, run_dir, "averagings_after_training"),
+        "averagings_after_training": averagings_after_training(done),
         "torn_lines": torn,
         **time_breakdown(all_events),
-        "train_cpu_s": train_cpu_s(config, run_dir),
+        "train_cpu_s": train_cpu_s(run_dir, done),
     }
 
 
-def _done_total(config: RunConfig, run_dir: Path, key: str) -> int | None:
-    """The sum of `key` over the ranks' done.rank<r>.json (what finish() did after the last
-    iteration); None if no rank recorded it."""
-    values = []
-    for rank in range(config.world_size):
-        with contextlib.suppress(OSError, ValueError):
-            value = read_json(run_dir / f"done.rank{rank}.json").get(key)
-            if isinstance(value, int):
-                values.append(value)
-    return sum(values) if values else None
-
-
-def train_cpu_s(config: RunConfig, run_dir: Path) -> float | None:
-    """CPU seconds the run's processes spent training: every rank's (its done.rank<r>.json,
-    common start to finish) plus its services' (SERVICE_CPU_FILE); None if a rank's is missing
-    (it failed, or ran an older hetbench)."""
-    total = 0.0
+def done_records(config: RunConfig, run_dir: Path) -> list[dict[str, Any] | None]:
+    """Each rank's done.rank<r>.json (None for a rank that has none: it failed)."""
+    records: list[dict[str, Any] | None] = []
     for rank in range(config.world_size):
         try:
-            cpu = read_json(run_dir / f"done.rank{rank}.json").get("train_cpu_s")
+            records.append(read_json(run_dir / f"done.rank{rank}.json"))
         except (OSError, ValueError):
-            return None
+            records.append(None)
+    return records
+
+
+def train_cpu_s(run_dir: Path, done: list[dict[str, Any] | None]) -> float | None:
+    """CPU seconds the run's processes spent training: every rank's (its done record, common
+    start to finish) plus its services' (SERVICE_CPU_FILE); None if a rank's is missing (it
+    failed, or ran an older hetbench)."""
+    total = 0.0
+    for record in done:
+        cpu = None if record is None else record.get("train_cpu_s")
         if not isinstance(cpu, int | float):
             return None
         total += cpu
@@ -107,6 +104,14 @@ def train_cpu_s(config: RunConfig, run_dir: Path) -> float | None:
         except (OSError, ValueError, KeyError, TypeError):
             return None
     return total
+
+
+def averagings_after_training(done: list[dict[str, Any] | None]) -> int | None:
+    """Averagings the ranks did after their last iteration (finish()), summed; None if no
+    rank's algorithm recorded any."""
+    values = [r["averagings_after_training"] for r in done
+              if r is not None and isinstance(r.get("averagings_after_training"), int)]
+    return sum(values) if values else None
 
 
 def write_summary(config: RunConfig, run_dir: Path, status: str, cause: str | None,

@@ -1,8 +1,11 @@
 """Comm on real gloo ranks: the primitives algorithms build on."""
 
+import time
+
 import pytest
 import torch
 
+from hetbench.harness.comm import CommMisuse, ReduceOp
 from tests.helpers import on_ranks
 
 
@@ -28,12 +31,6 @@ def test_average_and_send_recv_on_three_ranks():
 def _partners_on_the_fly(comm, steps):
     """After setup, average with a different partner each step through average_(members=...),
     then try a collective that only a world-wide group could serve."""
-    import time
-
-    import torch
-
-    from hetbench.harness.comm import CommMisuse, ReduceOp
-
     comm.group([0, 1])  # a fixed group, made at setup by every rank
     comm.end_setup()
     value = torch.tensor([float(comm.rank)])

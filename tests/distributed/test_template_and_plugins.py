@@ -1,6 +1,9 @@
 """The template algorithm is real, and a third-party plugin registers through an entry point."""
 
+import json
+
 import numpy as np
+import pandas as pd
 
 from tests.helpers import final_models, run_config
 
@@ -114,8 +117,6 @@ def test_a_plugin_that_does_not_synchronize_is_flagged_in_every_report_file(tmp_
     assert ran.returncode == 0, ran.stdout + ran.stderr
     report = bench("report", out, env=env, timeout=120)
     assert report.returncode == 0, report.stderr
-    import pandas as pd
-
     csv = pd.read_csv(out / "report.csv").set_index("algorithm")
     assert csv.loc["lazy-sgd", "sync_share"] == 0 and csv.loc["allreduce", "sync_share"] == 1
     assert "LOW SYNC" in csv.loc["lazy-sgd", "sync_flag"]
@@ -165,7 +166,5 @@ def test_a_plugin_averaging_with_a_new_partner_each_step_runs_under_a_straggler(
     ran = bench("run", "--algorithms", "pair-sgd", "--workloads", "svm", "--workers", "4",
                 "--slowdown", "det:5@1", "--iterations", "20", "--out", out, env=env)
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    import json
-
     (summary,) = [json.loads(p.read_text()) for p in out.glob("pair-sgd-*/summary.json")]
     assert summary["status"] == "ok" and summary["sync_share"] == 1.0
