@@ -33,6 +33,7 @@ from hetbench.harness.launcher import (
     record_run,
     write_summary,
 )
+from hetbench.harness.signals import LAUNCHER_PID_ENV
 from hetbench.harness.store import read_json, write_json_atomic
 
 #: How long torchrun / mpirun get to stop their ranks on SIGTERM before everything is killed.
@@ -70,7 +71,11 @@ class ExternalLauncher:
         def train(services: dict[str, Any]) -> str | None:
             with open(log_path, "wb") as log:
                 env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-                       "PYTHONUNBUFFERED": "1"}
+                       "PYTHONUNBUFFERED": "1",
+                       # Each rank exits when bench does, even when bench is killed outright:
+                       # torchrun and mpirun run in a session of their own and would outlive
+                       # it; once their ranks die, they end the job themselves.
+                       LAUNCHER_PID_ENV: str(os.getpid())}
                 # Own session: Ctrl-C reaches only `bench`, which then stops the job.
                 job.append(subprocess.Popen(self.command(config, run_dir), stdout=log,
                                             stderr=subprocess.STDOUT, env=env,

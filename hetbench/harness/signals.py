@@ -11,7 +11,9 @@ dies (PR_SET_PDEATHSIG). Ranks cannot rely on that: their parent is the forkserv
 forkserver only exits once every process it forked has closed its end of the forkserver's
 liveness pipe (each child inherits one), i.e. never while the ranks live. So a rank calls
 `exit_with(launcher_pid)`: a thread that waits on the launcher's pidfd and kills the rank when
-the launcher is gone.
+the launcher is gone. Under torchrun and mpirun, which bench starts in a session of their own,
+bench's pid reaches the ranks through $HETBENCH_LAUNCHER_PID; once the ranks are gone the tool
+ends the job itself (torchrun's agent with --max-restarts 0, mpirun on any rank's death).
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ import sys
 import threading
 import time
 
+#: The environment variable through which `bench run` gives ranks that torchrun or mpirun start
+#: its pid, so that they exit with it (exit_with); absent when no bench watches the run.
+LAUNCHER_PID_ENV = "HETBENCH_LAUNCHER_PID"
 #: Signals that stop bench like Ctrl-C.
 TERMINATING = (signal.SIGTERM, signal.SIGHUP)
 PR_SET_PDEATHSIG = 1

@@ -29,6 +29,7 @@ from hetbench.harness.config import SCHEMA_VERSION, RunConfig
 from hetbench.harness.context import WorkerContext
 from hetbench.harness.faults import parse_fault
 from hetbench.harness.rendezvous import Rendezvous
+from hetbench.harness.signals import LAUNCHER_PID_ENV, exit_with
 from hetbench.harness.store import EventLog, environment, read_json, write_json_atomic
 from hetbench.harness.target import parse_target
 from hetbench.harness.tensors import flat_params, params_of, set_flat_params
@@ -458,6 +459,8 @@ def main(argv: list[str] | None = None) -> None:
         config = RunConfig.from_dict(read_json(args.run_dir / "config.json"))
         if config.launcher != "local":
             log_to_run_dir(args.run_dir, rank)
+            if os.environ.get(LAUNCHER_PID_ENV):  # started by `bench run`, not by hand
+                exit_with(int(os.environ[LAUNCHER_PID_ENV]))
         _note(rank, f"started (pid {os.getpid()}) by launcher {config.launcher}")
         _progress["phase"] = "rendezvous"
         rdzv = _join(config, args)

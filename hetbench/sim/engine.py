@@ -25,6 +25,7 @@ from typing import Any
 from hetbench.errors import UserError
 from hetbench.harness.config import SCHEMA_VERSION, RunConfig
 from hetbench.harness.metrics import throughput
+from hetbench.harness.signals import interrupted_cause
 from hetbench.harness.store import environment, read_json, write_json_atomic
 from hetbench.sim.model import SimModels, layout
 
@@ -256,35 +257,49 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path) -> SimResult:
     write_json_atomic(run_dir / "config.json", config.to_dict())
     write_json_atomic(run_dir / "env.json", {**environment(), "simulated": True})
     sink = engine.sink = EventSink(config, run_dir)
-    status, cause = "ok", None
+    status, cause, stopped = "ok", None, None
     try:
-        engine.run()
-    except RuntimeError as exc:
-        status, cause = "failed", f"simulator: {exc}"
-    finally:
+        try:
+            engine.run()
+        except RuntimeError as exc:
+            status, cause = "failed", f"simulator: {exc}"
         sink.close()
+        summary = _summary(config, models, engine, status, cause, started)
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: on record, then stop bench
+        stopped = exc
+        sink.close()  # what was simulated so far, as a real run's events
+        summary = _summary(config, models, engine, "interrupted", interrupted_cause(exc),
+                           started)
+    write_json_atomic(run_dir / "summary.json", summary)
+    if stopped is not None:
+        raise stopped
+    return SimResult(config, run_dir, summary, summary["sim_s"])
+
+
+def _summary(config: RunConfig, models: SimModels, engine: Engine, status: str,
+             cause: str | None, started: float) -> dict[str, Any]:
     summary = {
         "schema_version": SCHEMA_VERSION, "run_id": config.run_id, "status": status,
         "cause": cause, "started_at": datetime.datetime.fromtimestamp(started).isoformat(),
         "algorithm": config.algorithm, "workload": config.workload, "workers": config.workers,
         "world_size": config.world_size, "slowdown": config.slowdown, "seed": config.seed,
         "pace_ms": config.pace_ms, "compute": config.compute, "synthetic": config.synthetic,
-        **sink.summary(config),
+        **engine.sink.summary(config),
         "simulated": True, "sim": {**models.to_dict(config), **engine.protocol.stats()},
     }
     # A simulated run has no start-up: its wall time is the simulated training span.
     summary["wall_s"] = summary["train_wall_s"]
     summary["sim_s"] = time.time() - started
-    write_json_atomic(run_dir / "summary.json", summary)
-    return SimResult(config, run_dir, summary, summary["sim_s"])
+    return summary
 
 
 def _clear_previous(run_dir: Path) -> None:
     """Remove an earlier simulation of the same run; never touch a real run's directory."""
     if not run_dir.exists():
         return
+    # env.json marks a simulation from its start: one killed before its summary is ours too.
     try:
-        simulated = read_json(run_dir / "summary.json").get("simulated") is True
+        simulated = read_json(run_dir / "env.json").get("simulated") is True
     except (OSError, ValueError):
         simulated = False
     if not simulated:

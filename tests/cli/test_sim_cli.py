@@ -2,6 +2,9 @@
 
 import csv
 import json
+import signal
+import subprocess
+import time
 
 MATRIX = """
 name = "tiny-sim"
@@ -66,3 +69,31 @@ def test_sim_bad_input_is_one_line_and_exit_2(tmp_path, bench):
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), (args, result.stderr)
+
+
+def test_sigterm_marks_the_simulation_interrupted_and_a_rerun_replaces_it(tmp_path, bench_cmd,
+                                                                          cli_env, bench):
+    """bench sim stops on SIGTERM as bench run does (issue 22): the run being simulated is on
+    record as interrupted, bench exits 143, and the next `bench sim` replaces it."""
+    out = tmp_path / "sim"
+    args = ["sim", "--algorithms", "prague-smart", "--workloads", "svm", "--workers", "512",
+            "--iterations", "300", "--pace-ms", "10", "--out", str(out)]
+    proc = subprocess.Popen([*bench_cmd, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=cli_env)
+    assert "simulated run(s)" in proc.stdout.readline()
+    deadline = time.time() + 60
+    while not list(out.glob("*/events.rank0.jsonl")) and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, output
+    (run_dir,) = out.iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["status"], summary["cause"]) == ("interrupted", "interrupted by SIGTERM")
+    assert summary["simulated"] is True
+    # A simulation killed before its summary (SIGKILL) is replaced as well.
+    (run_dir / "summary.json").unlink()
+    rerun = bench(*args)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "ok"

@@ -2,13 +2,17 @@
 
 Every run must end within the bound (no hang), fail exactly when a fault was injected and name
 the right cause, leave no process behind, and lose no record (every event line parses, every run
-has a summary). HETBENCH_CHAOS_RUNS sets the number of runs (25 by default). Set
+has a summary). A second part kills bench itself (every signal, every launcher).
+HETBENCH_CHAOS_RUNS sets the number of runs (25 by default). Set
 HETBENCH_CHAOS_REPORT=path to keep the tally as JSON (BENCHMARKS.md cites it).
 """
 
 import json
 import os
+import signal
+import subprocess
 import time
+import uuid
 
 import numpy as np
 import pytest
@@ -17,6 +21,8 @@ from hetbench.harness.config import RunConfig
 from hetbench.harness.launcher import LocalLauncher
 from hetbench.harness.store import read_jsonl
 from tests.distributed.test_faults import BOUND_S, assert_no_survivors
+from tests.distributed.test_launchers import HAVE_MPI
+from tests.distributed.test_signals import GONE_S, TAG_ENV, gone_within
 
 #: CI runs 25 (about 1.5 minutes on 2 cores); BENCHMARKS.md's tally is HETBENCH_CHAOS_RUNS=100.
 RUNS = int(os.environ.get("HETBENCH_CHAOS_RUNS", "25"))
@@ -82,3 +88,53 @@ def test_chaos(tmp_path):
     assert tally["hangs"] == 0, tally
     assert tally["lost_records"] == 0, tally
     assert not tally["wrong_outcome"], json.dumps(tally["wrong_outcome"], indent=1)
+
+
+#: Launcher deaths: runs of `bench run` stopped by a random signal at a random moment.
+LAUNCHER_RUNS = int(os.environ.get("HETBENCH_CHAOS_LAUNCHER_RUNS", "8"))
+SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)  # each run is 10-30 s
+def test_chaos_launcher_deaths(tmp_path, bench_cmd, cli_env):
+    """bench itself dies: a random signal at a random moment (importing, starting services,
+    rendezvous, training) under a random launcher. Within GONE_S no process of the run is alive,
+    a caught signal exits 128 + its number with the run marked interrupted by its name, and no
+    run is left looking finished."""
+    rng = np.random.default_rng(20261123)
+    launchers = ["local", "torchrun"] + (["mpi"] if HAVE_MPI else [])
+    outcomes = []
+    for index in range(LAUNCHER_RUNS):
+        algorithm = ALGORITHMS[index % len(ALGORITHMS)]
+        launcher = launchers[index % len(launchers)]
+        sig = SIGNALS[int(rng.integers(len(SIGNALS)))]
+        delay_s = float(rng.uniform(1.0, 15.0))
+        out = tmp_path / f"launcher{index:02d}"
+        out.mkdir()
+        matrix = out / "m.toml"
+        matrix.write_text(f'algorithms = ["{algorithm}"]\nworkloads = ["mlp-digits"]\n'
+                          f'workers = [{int(rng.integers(2, 5))}]\niterations = 100000\n'
+                          f'pace_ms = 2\nlauncher = "{launcher}"\n')
+        tag = uuid.uuid4().hex
+        proc = subprocess.Popen([*bench_cmd, "run", str(matrix), "--out", str(out / "runs")],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**cli_env, TAG_ENV: tag})
+        time.sleep(delay_s)
+        proc.send_signal(sig)
+        output, _ = proc.communicate(timeout=60)
+        where = f"run {index}: {launcher} {algorithm} {sig.name} after {delay_s:.1f} s"
+        assert gone_within(tag, GONE_S) == [], f"{where}: alive {GONE_S} s later\n{output}"
+        summaries = list((out / "runs").glob("*/summary.json"))
+        if sig == signal.SIGKILL:
+            assert summaries == [], where  # never looks finished; the rerun reruns it
+        else:
+            # Before Python installed its handlers the default action ends bench: -sig.
+            assert proc.returncode in (128 + sig, -sig), f"{where}: {proc.returncode}\n{output}"
+            for path in summaries:
+                summary = json.loads(path.read_text())
+                expected = ("interrupted by the user (Ctrl-C)" if sig == signal.SIGINT
+                            else f"interrupted by {sig.name}")
+                assert (summary["status"], summary["cause"]) == ("interrupted", expected), where
+        outcomes.append(f"{where}: exit {proc.returncode}, {len(summaries)} summary")
+    print("\n".join(outcomes))
