@@ -102,7 +102,7 @@ def test_chaos_launcher_deaths(tmp_path, bench_cmd, cli_env):
     rendezvous, training) under a random launcher. Within GONE_S no process of the run is alive,
     a caught signal exits 128 + its number with the run marked interrupted by its name, and no
     run is left looking finished."""
-    rng = np.random.default_rng(20261123)
+    rng = np.random.default_rng(20261123)  # 3-4 workers: a 2-worker ring leaves Hop no backup
     launchers = ["local", "torchrun"] + (["mpi"] if HAVE_MPI else [])
     outcomes = []
     for index in range(LAUNCHER_RUNS):
@@ -114,7 +114,7 @@ def test_chaos_launcher_deaths(tmp_path, bench_cmd, cli_env):
         out.mkdir()
         matrix = out / "m.toml"
         matrix.write_text(f'algorithms = ["{algorithm}"]\nworkloads = ["mlp-digits"]\n'
-                          f'workers = [{int(rng.integers(2, 5))}]\niterations = 100000\n'
+                          f'workers = [{int(rng.integers(3, 5))}]\niterations = 100000\n'
                           f'pace_ms = 2\nlauncher = "{launcher}"\n')
         tag = uuid.uuid4().hex
         proc = subprocess.Popen([*bench_cmd, "run", str(matrix), "--out", str(out / "runs")],
