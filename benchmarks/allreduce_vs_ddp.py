@@ -5,7 +5,7 @@
 
 Both train the same workload (same model, data shards, batch size, optimizer) on the same number
 of gloo workers for the same iterations, in pairs whose order alternates so machine noise hits
-both alike. Both are scored with the same metric (hetbench.harness.metrics.throughput over
+both alike. Both are scored with the same metric (hetbench.core.metrics.throughput over
 per-iteration times). The ratio hetbench / plain is what the harness costs. `--impl ddp` runs
 hetbench's allreduce on torch DDP, the plain loop's own all-reduce, so that the ratio is the
 harness alone; the default (buckets) also includes the implementation's difference. Writes
@@ -26,10 +26,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from hetbench.harness.config import RunConfig
-from hetbench.harness.launcher import LocalLauncher
-from hetbench.harness.metrics import throughput
-from hetbench.harness.store import environment, write_json_atomic
+from hetbench.core.config import RunConfig
+from hetbench.core.metrics import throughput
+from hetbench.core.store import environment, write_json_atomic
+from hetbench.harness.launch.local import LocalLauncher
 
 WARMUP = 5
 

@@ -32,7 +32,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from hetbench.harness.comm import Comm
+from hetbench.comm.comm import Comm
 
 WORLD = 8
 GROUP_SIZES = (2, 4, 8)
@@ -107,7 +107,7 @@ class World:
 
     def __init__(self):
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["torch", "hetbench.harness.comm"])
+        ctx.set_forkserver_preload(["torch", "hetbench.comm.comm"])
         self.master = dist.TCPStore("127.0.0.1", 0, None, True,
                                     timeout=datetime.timedelta(seconds=TIMEOUT_S),
                                     wait_for_workers=False)

@@ -1,3 +1,3 @@
-from hetbench.cli import main
+from hetbench.cli.main import main
 
 main()

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from hetbench.harness.config import RunConfig
-from hetbench.harness.launcher import LocalLauncher
-from hetbench.harness.store import read_jsonl
+from hetbench.core.config import RunConfig
+from hetbench.core.store import read_jsonl
+from hetbench.harness.launch.local import LocalLauncher
 
 
 def run_config(run_dir: Path, **fields: Any) -> dict[str, Any]:
@@ -40,7 +40,7 @@ def summary(run_dir: Path) -> dict[str, Any]:
 def _rank_entry(fn, rank, world_size, port, timeout_s, args, queue, device_type="cpu"):
     import torch
 
-    from hetbench.harness.comm import Comm
+    from hetbench.comm.comm import Comm
 
     torch.set_num_threads(1)
     # On CUDA each rank takes its own GPU: NCCL refuses two ranks on one device.
@@ -65,7 +65,7 @@ def on_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: flo
     import torch.distributed as dist
 
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "torch._dynamo", "hetbench.harness.comm"])
+    ctx.set_forkserver_preload(["torch", "torch._dynamo", "hetbench.comm.comm"])
     store = dist.TCPStore("127.0.0.1", 0, None, True,
                           timeout=datetime.timedelta(seconds=timeout_s), wait_for_workers=False)
     queue = ctx.Queue()

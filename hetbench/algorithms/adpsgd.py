@@ -25,10 +25,10 @@ from typing import Literal
 import torch
 
 from hetbench.algorithms import topologies
-from hetbench.algorithms.base import Algorithm, StepInfo
+from hetbench.core.algorithm import Algorithm, StepInfo
+from hetbench.core.options import opt
+from hetbench.core.tensors import flat_params, set_flat_params
 from hetbench.errors import UserError
-from hetbench.harness.options import opt
-from hetbench.harness.tensors import flat_params, set_flat_params
 
 REQUEST_TAG, REPLY_TAG = 51, 52
 #: First element of a request: average with this model, or this active worker is done.

@@ -27,10 +27,10 @@ from typing import Literal
 import torch
 from torch import nn
 
-from hetbench.algorithms.base import Algorithm, StepInfo
+from hetbench.core.algorithm import Algorithm, StepInfo
+from hetbench.core.options import opt
+from hetbench.core.tensors import buckets, params_of
 from hetbench.errors import UserError
-from hetbench.harness.options import opt
-from hetbench.harness.tensors import buckets, params_of
 
 IMPLS = ("buckets", "ddp", "horovod")
 

@@ -43,11 +43,11 @@ from dataclasses import dataclass
 import torch
 
 from hetbench.algorithms import topologies
-from hetbench.algorithms.base import Algorithm, StepInfo
 from hetbench.algorithms.dpsgd import GossipOptions, gossip_graph, mix
+from hetbench.core.algorithm import Algorithm, StepInfo
+from hetbench.core.options import opt
+from hetbench.core.tensors import flat_params, set_flat_params
 from hetbench.errors import UserError
-from hetbench.harness.options import opt
-from hetbench.harness.tensors import flat_params, set_flat_params
 
 UPDATE, SKIP, DONE = 0, 1, 2
 #: Header length: kind, lo, hi, entered. Iterations ride in the model's dtype (float32 holds

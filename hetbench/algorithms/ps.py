@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from hetbench.algorithms.base import Algorithm, StepInfo
-from hetbench.harness.tensors import flat_grads, flat_params, set_flat_grads, set_flat_params
+from hetbench.core.algorithm import Algorithm, StepInfo
+from hetbench.core.tensors import flat_grads, flat_params, set_flat_grads, set_flat_params
 
 GRAD_TAG = 1
 PARAMS_TAG = 2

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 
 import torch
 
-from hetbench.algorithms.base import Algorithm, StepInfo
+from hetbench.core.algorithm import Algorithm, StepInfo
+from hetbench.core.options import opt
+from hetbench.core.tensors import flat_params, set_flat_params
 from hetbench.errors import UserError
-from hetbench.harness.options import opt
-from hetbench.harness.tensors import flat_params, set_flat_params
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,1 +1,2 @@
-"""Configs, matrix expansion, launchers, the worker loop, Comm and the result store."""
+"""Running a matrix: matrix expansion, the runner (skip finished, set aside unfinished), the
+launchers and the worker loop each rank runs."""

@@ -26,8 +26,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from hetbench.core.config import RunConfig
 from hetbench.errors import UserError
-from hetbench.harness.config import RunConfig
 
 AXES = {"algorithms": str, "workloads": str, "workers": int, "slowdown": str, "seeds": int}
 SCALARS = {

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hetbench.harness.config import RunConfig
-from hetbench.harness.launcher import make_launcher
-from hetbench.harness.store import read_json
+from hetbench.core.config import RunConfig
+from hetbench.core.store import read_json
+from hetbench.harness.launch import make_launcher
 
 
 @dataclass
@@ -84,7 +84,7 @@ def prepare_matrix(configs: list[RunConfig], out_dir: Path,
                    force: bool = False) -> list[tuple[RunConfig, Path, bool]]:
     """Run directories for torchrun / mpirun to start on several machines (multi-node):
     (config, run_dir, already finished) per run; earlier unfinished attempts are set aside."""
-    from hetbench.harness.launch_external import prepare
+    from hetbench.harness.launch.external import prepare
 
     local = [c for c in configs if c.launcher == "local"]
     if local:

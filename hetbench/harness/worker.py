@@ -21,19 +21,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from hetbench.algorithms.base import Algorithm, StepInfo
+from hetbench.comm import rendezvous
+from hetbench.comm.comm import Comm, ReduceOp
+from hetbench.comm.rendezvous import Rendezvous
+from hetbench.core.algorithm import Algorithm, StepInfo
+from hetbench.core.config import SCHEMA_VERSION, RunConfig
+from hetbench.core.context import WorkerContext
+from hetbench.core.faults import parse_fault
+from hetbench.core.signals import LAUNCHER_PID_ENV, exit_with
+from hetbench.core.store import EventLog, environment, read_json, write_json_atomic
+from hetbench.core.target import parse_target
+from hetbench.core.tensors import flat_params, params_of, set_flat_params
+from hetbench.core.workload import Workload
 from hetbench.errors import UserError
-from hetbench.harness import rendezvous
-from hetbench.harness.comm import Comm, ReduceOp
-from hetbench.harness.config import SCHEMA_VERSION, RunConfig
-from hetbench.harness.context import WorkerContext
-from hetbench.harness.faults import parse_fault
-from hetbench.harness.rendezvous import Rendezvous
-from hetbench.harness.signals import LAUNCHER_PID_ENV, exit_with
-from hetbench.harness.store import EventLog, environment, read_json, write_json_atomic
-from hetbench.harness.target import parse_target
-from hetbench.harness.tensors import flat_params, params_of, set_flat_params
-from hetbench.workloads.base import Workload
 
 #: Snapshots kept per worker; beyond this the snapshot stride doubles (older odd ticks dropped).
 MAX_SNAPSHOTS = 48

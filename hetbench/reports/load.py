@@ -7,8 +7,8 @@ from typing import Any
 
 import pandas as pd
 
-from hetbench.harness.config import SCHEMA_VERSION
-from hetbench.harness.store import read_json, read_jsonl
+from hetbench.core.config import SCHEMA_VERSION
+from hetbench.core.store import read_json, read_jsonl
 
 CONFIG_COLUMNS = ("algorithm", "workload", "workers", "slowdown", "seed", "iterations",
                   "seconds", "pace_ms", "warmup_iterations", "eval_interval_s", "matrix",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from hetbench.core.store import write_text_atomic
 from hetbench.errors import UserError
-from hetbench.harness.store import write_text_atomic
 from hetbench.reports.html import Page
 from hetbench.reports.load import load_env, load_evals, load_runs
 from hetbench.reports.plots import convergence_plots

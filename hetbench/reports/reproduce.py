@@ -36,7 +36,7 @@ def matrix_path(name: str, quick: bool, matrix_dir: Path = MATRIX_DIR) -> Path:
 
 def check_available(algorithms: list[str], name: str) -> None:
     """One clear line if any algorithm the reproduction needs cannot be imported here."""
-    from hetbench.algorithms import ALGORITHMS
+    from hetbench.core.registry import ALGORITHMS
 
     for algorithm in algorithms:
         try:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pandas as pd
 
+from hetbench.core.target import ANY_WORKLOAD, METRICS, Target, parse_target
 from hetbench.errors import UserError
-from hetbench.harness.target import ANY_WORKLOAD, METRICS, Target, parse_target
 
 __all__ = ["ANY_WORKLOAD", "METRICS", "Target", "parse_target", "parse_targets",
            "resolve_targets", "targets_from_matrix", "time_to_target"]

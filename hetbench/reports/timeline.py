@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from hetbench.core.metrics import throughput_window
 from hetbench.errors import UserError
-from hetbench.harness.metrics import throughput_window
 from hetbench.reports.load import load_events
 from hetbench.reports.plots import new_figure
 

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hetbench.core.config import SCHEMA_VERSION, RunConfig
+from hetbench.core.metrics import throughput
+from hetbench.core.signals import interrupted_cause
+from hetbench.core.store import environment, read_json, write_json_atomic
 from hetbench.errors import UserError
-from hetbench.harness.config import SCHEMA_VERSION, RunConfig
-from hetbench.harness.metrics import throughput
-from hetbench.harness.signals import interrupted_cause
-from hetbench.harness.store import environment, read_json, write_json_atomic
 from hetbench.sim.model import SimModels, layout
 
 #: Events buffered per worker before they are appended to its log (bounds memory at scale).

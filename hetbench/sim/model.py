@@ -12,8 +12,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from hetbench.core.config import RunConfig
 from hetbench.errors import UserError
-from hetbench.harness.config import RunConfig
 
 #: Bytes per model element (float32, as every built-in workload trains in).
 ELEMENT_BYTES = 4
@@ -111,9 +111,9 @@ def layout(config: RunConfig) -> Layout:
 
 @lru_cache(maxsize=32)
 def _layout(workload: str, options_json: str, seed: int, bucket_mb: float) -> Layout:
-    from hetbench.harness.options import build_config
-    from hetbench.harness.tensors import buckets, params_of
-    from hetbench.workloads import WORKLOADS
+    from hetbench.core.options import build_config
+    from hetbench.core.registry import WORKLOADS
+    from hetbench.core.tensors import buckets, params_of
 
     cls = WORKLOADS.get(workload)
     model = cls(build_config(cls.Config, json.loads(options_json), workload), seed).build_model()
@@ -225,8 +225,8 @@ class SimModels:
 def finished_real_runs(results_dir: Path):
     """(run_dir, config dict, summary dict) of every real run in results_dir that finished ok
     (unreadable, failed and simulated runs skipped): what the fits learn from."""
-    from hetbench.harness.store import read_json
-    from hetbench.reports.load import run_dirs
+    from hetbench.core.record import run_dirs
+    from hetbench.core.store import read_json
 
     for run_dir in run_dirs(Path(results_dir)):
         try:
@@ -248,7 +248,7 @@ def fit_compute(results_dir: Path) -> ComputeModel:
     too, as the simulator starts the next compute when a step ends; so a sample is that gap +
     compute_s + slowdown_s, i.e. the previous step's end to this one's start.
     """
-    from hetbench.harness.store import read_jsonl
+    from hetbench.core.store import read_jsonl
     from hetbench.slowdown import parse_slowdown
 
     results_dir = Path(results_dir)
@@ -284,7 +284,7 @@ def fit_gg_request(results_dir: Path) -> float | None:
     CPU its process spent serving (service-gg.cpu.json) over the run's iterations (one request
     each); the median over runs. Python gRPC, not the grouping, is most of it (about 1 ms per
     request on the validation machine, where GroupGenerator.request itself takes 5 us)."""
-    from hetbench.harness.store import SERVICE_CPU_FILE, read_json
+    from hetbench.core.store import SERVICE_CPU_FILE, read_json
 
     per_request = []
     for run_dir, config, summary in finished_real_runs(Path(results_dir)):
@@ -317,7 +317,7 @@ def allreduce_hops(results_dir: Path, beta_bytes_per_s: float) -> list[tuple[int
     the cores free, so their collectives are cheaper than a run's usual ones. cores: env.json's
     cpu_count.
     """
-    from hetbench.harness.store import read_jsonl
+    from hetbench.core.store import read_jsonl
 
     hops = []
     for run_dir, raw, _ in finished_real_runs(results_dir):
@@ -343,7 +343,7 @@ def allreduce_hops(results_dir: Path, beta_bytes_per_s: float) -> list[tuple[int
 
 def run_cores(run_dir: Path) -> int | None:
     """The cpu_count a real run's env.json records (None if it does not)."""
-    from hetbench.harness.store import read_json
+    from hetbench.core.store import read_json
 
     try:
         cores = read_json(Path(run_dir) / "env.json").get("cpu_count")
@@ -404,7 +404,7 @@ def fit_group_setup(results_dir: Path) -> float | None:
     """
     from collections import OrderedDict
 
-    from hetbench.harness.store import read_jsonl
+    from hetbench.core.store import read_jsonl
 
     estimates = []
     for run_dir, raw, _ in finished_real_runs(results_dir):

@@ -13,7 +13,7 @@ from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
 from hetbench.algorithms import hop, topologies
-from hetbench.sim.engine import encode_fields
+from hetbench.core.record import encode_fields
 
 if TYPE_CHECKING:
     from hetbench.sim.engine import Engine

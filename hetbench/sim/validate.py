@@ -6,8 +6,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hetbench.harness.config import RunConfig
-from hetbench.harness.store import read_json
+from hetbench.core.config import RunConfig
+from hetbench.core.store import read_json
 from hetbench.sim.engine import simulate
 from hetbench.sim.model import SimModels
 
@@ -19,7 +19,7 @@ def compare_with_real(real_dir: Path, models: SimModels, out_dir: Path,
     own_cores: each run is played on as many shared cores as its env.json's cpu_count (the
     machine it was measured on), not the models' `cores`.
     """
-    from hetbench.reports.load import run_dirs
+    from hetbench.core.record import run_dirs
     from hetbench.sim.model import run_cores
 
     rows = []

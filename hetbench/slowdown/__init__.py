@@ -10,6 +10,33 @@ recorded in the run's config so a run can be replayed:
     trace:PATH         time-varying factors from a CSV file of worker,t_from,t_to,factor
 """
 
-from hetbench.slowdown.base import Injector, parse_slowdown, slowdown_kinds
+from hetbench.errors import UserError
+from hetbench.slowdown.base import Injector
+from hetbench.slowdown.deterministic import DeterministicSlowdown
+from hetbench.slowdown.none import NoSlowdown
+from hetbench.slowdown.probabilistic import ProbabilisticSlowdown
+from hetbench.slowdown.trace import TraceSlowdown
 
-__all__ = ["Injector", "parse_slowdown", "slowdown_kinds"]
+#: Every kind, by its spec prefix; a new kind is a module with an Injector subclass, added here.
+KINDS: dict[str, type[Injector]] = {cls.kind: cls for cls in (
+    NoSlowdown, ProbabilisticSlowdown, DeterministicSlowdown, TraceSlowdown)}
+
+__all__ = ["KINDS", "Injector", "parse_slowdown", "slowdown_kinds"]
+
+
+def parse_slowdown(spec: str, seed: int = 0) -> Injector:
+    """The injector of a spec string (the one parser: RunConfig, bench sim's fits and bench list
+    go through it); UserError naming every kind's syntax when the kind is unknown."""
+    spec = spec.strip()
+    kind, colon, args = spec.partition(":")
+    cls = KINDS.get(kind)
+    if cls is None or (colon and not args) or (not colon and kind != "none"):
+        raise UserError(f"unknown slowdown {spec!r}; use one of: "
+                        f"{', '.join(c.syntax for c in KINDS.values())}")
+    return cls.from_spec(spec, args, seed)
+
+
+def slowdown_kinds() -> list[tuple[str, str]]:
+    """(syntax, description) of every slowdown kind, and of pacing, for `bench list`."""
+    return [*((cls.syntax, cls.description) for cls in KINDS.values()),
+            ("--pace-ms M", "pacing: a floor of M ms on every iteration's compute (equal workers)")]

@@ -1,8 +1,9 @@
-"""The injector interface and the spec parser."""
+"""The injector interface; each kind parses its own spec (`from_spec`)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import ClassVar
 
 from hetbench.errors import UserError
 
@@ -12,6 +13,16 @@ class Injector(ABC):
 
     #: The spec this injector was parsed from, e.g. "prob:5".
     spec: str
+    #: The spec's prefix ("prob" in prob:5), its syntax and what it does, for `bench list`.
+    kind: ClassVar[str]
+    syntax: ClassVar[str]
+    description: ClassVar[str]
+
+    @classmethod
+    @abstractmethod
+    def from_spec(cls, spec: str, args: str, seed: int) -> Injector:
+        """The injector of `spec` ("kind:args"; args "" for a bare kind); UserError, naming the
+        syntax, when args do not fit."""
 
     @abstractmethod
     def factor(self, worker: int, iteration: int, elapsed_s: float) -> float:
@@ -25,7 +36,7 @@ class Injector(ABC):
         """Raise UserError if this injector cannot apply to `workers` workers."""
 
 
-def _parse_factor(text: str, spec: str) -> float:
+def parse_factor(text: str, spec: str) -> float:
     try:
         k = float(text)
     except ValueError:
@@ -35,57 +46,3 @@ def _parse_factor(text: str, spec: str) -> float:
     if k < 1:
         raise UserError(f"slowdown {spec!r}: factor must be >= 1 (1 = no slowdown), got {k:g}")
     return k
-
-
-def parse_slowdown(spec: str, seed: int = 0) -> Injector:
-    """Parse a slowdown spec string (see the package docstring) into an Injector."""
-    from hetbench.slowdown.deterministic import DeterministicSlowdown
-    from hetbench.slowdown.none import NoSlowdown
-    from hetbench.slowdown.probabilistic import ProbabilisticSlowdown
-    from hetbench.slowdown.trace import TraceSlowdown
-
-    spec = spec.strip()
-    kind, _, rest = spec.partition(":")
-    if kind == "none" and not rest:
-        return NoSlowdown()
-    if kind == "prob" and rest:
-        factor_text, _, prob_text = rest.partition("@")
-        prob = None
-        if prob_text:
-            try:
-                prob = float(prob_text)
-            except ValueError:
-                raise UserError(
-                    f"slowdown {spec!r}: probability {prob_text!r} is not a number; "
-                    "write e.g. prob:5@0.25"
-                ) from None
-            if not 0 <= prob <= 1:
-                raise UserError(f"slowdown {spec!r}: probability must be in [0, 1], got {prob:g}")
-        return ProbabilisticSlowdown(spec, _parse_factor(factor_text, spec), prob, seed)
-    if kind == "det" and rest:
-        factor_text, _, ranks_text = rest.partition("@")
-        if not ranks_text:
-            raise UserError(f"slowdown {spec!r}: name the slow workers, e.g. det:5@0,3")
-        try:
-            workers = tuple(sorted({int(r) for r in ranks_text.split(",")}))
-        except ValueError:
-            raise UserError(
-                f"slowdown {spec!r}: workers must be integers separated by commas, e.g. det:5@0,3"
-            ) from None
-        return DeterministicSlowdown(spec, _parse_factor(factor_text, spec), workers)
-    if kind == "trace" and rest:
-        return TraceSlowdown.from_file(spec, rest)
-    raise UserError(
-        f"unknown slowdown {spec!r}; use one of: none, prob:K, prob:K@P, det:K@R1,R2, trace:PATH"
-    )
-
-
-def slowdown_kinds() -> list[tuple[str, str]]:
-    """(syntax, description) of every slowdown kind, for `bench list`."""
-    return [
-        ("none", "no injected slowdown"),
-        ("prob:K[@P]", "each worker each iteration slowed K times with probability P (1/workers)"),
-        ("det:K@R1,R2", "workers R1, R2, ... always K times slower"),
-        ("trace:PATH", "CSV worker,t_from,t_to,factor: time-varying slowdowns"),
-        ("--pace-ms M", "pacing: a floor of M ms on every iteration's compute (equal workers)"),
-    ]

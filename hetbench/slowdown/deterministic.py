@@ -1,10 +1,29 @@
 """Fixed stragglers: named workers are always k times slower."""
 
+from __future__ import annotations
+
 from hetbench.errors import UserError
-from hetbench.slowdown.base import Injector
+from hetbench.slowdown.base import Injector, parse_factor
 
 
 class DeterministicSlowdown(Injector):
+    kind = "det"
+    syntax = "det:K@R1,R2"
+    description = "workers R1, R2, ... always K times slower"
+
+    @classmethod
+    def from_spec(cls, spec: str, args: str, seed: int) -> DeterministicSlowdown:
+        factor_text, _, ranks_text = args.partition("@")
+        if not ranks_text:
+            raise UserError(f"slowdown {spec!r}: name the slow workers, e.g. det:5@0,3")
+        try:
+            workers = tuple(sorted({int(r) for r in ranks_text.split(",")}))
+        except ValueError:
+            raise UserError(
+                f"slowdown {spec!r}: workers must be integers separated by commas, e.g. det:5@0,3"
+            ) from None
+        return cls(spec, parse_factor(factor_text, spec), workers)
+
     def __init__(self, spec: str, factor: float, slow_workers: tuple[int, ...]):
         self.spec = spec
         self.slow_factor = factor

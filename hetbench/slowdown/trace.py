@@ -10,6 +10,14 @@ from hetbench.slowdown.base import Injector
 
 
 class TraceSlowdown(Injector):
+    kind = "trace"
+    syntax = "trace:PATH"
+    description = "CSV worker,t_from,t_to,factor: time-varying slowdowns"
+
+    @classmethod
+    def from_spec(cls, spec: str, args: str, seed: int) -> TraceSlowdown:
+        return cls.from_file(spec, args)
+
     def __init__(self, spec: str, rows: list[tuple[int, float, float, float]]):
         self.spec = spec
         self.rows = rows

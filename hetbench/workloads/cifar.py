@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
+from hetbench.core.options import opt
+from hetbench.core.workload import Workload, WorkloadOptions
 from hetbench.errors import UserError
-from hetbench.harness.options import opt
-from hetbench.workloads.base import Workload, WorkloadOptions
 from hetbench.workloads.data import classification_eval, sharded_batches
 
 DEFAULT_DATA_DIR = os.environ.get("HETBENCH_CIFAR10", "data/cifar10")

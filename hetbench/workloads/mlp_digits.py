@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from hetbench.harness.options import opt
-from hetbench.workloads.base import Workload, WorkloadOptions
+from hetbench.core.options import opt
+from hetbench.core.workload import Workload, WorkloadOptions
 from hetbench.workloads.data import classification_eval, sharded_batches
 
 

@@ -10,9 +10,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from hetbench.core.options import opt
+from hetbench.core.workload import Workload, WorkloadOptions
 from hetbench.errors import UserError
-from hetbench.harness.options import opt
-from hetbench.workloads.base import Workload, WorkloadOptions
 from hetbench.workloads.data import sharded_batches
 
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from hetbench.algorithms import topologies
+from hetbench.core.config import RunConfig
 from hetbench.errors import UserError
-from hetbench.harness.config import RunConfig
 from tests.distributed.test_dpsgd import drive, spread
 from tests.helpers import events, on_ranks, run_config
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from hetbench.harness.config import RunConfig
-from hetbench.harness.tensors import flat_params
+from hetbench.core.config import RunConfig
+from hetbench.core.tensors import flat_params
 from tests.helpers import final_models, run_config
 
 WORKERS = 4

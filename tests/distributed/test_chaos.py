@@ -17,9 +17,9 @@ import uuid
 import numpy as np
 import pytest
 
-from hetbench.harness.config import RunConfig
-from hetbench.harness.launcher import LocalLauncher
-from hetbench.harness.store import read_jsonl
+from hetbench.core.config import RunConfig
+from hetbench.core.store import read_jsonl
+from hetbench.harness.launch.local import LocalLauncher
 from tests.distributed.test_faults import BOUND_S, assert_no_survivors
 from tests.distributed.test_launchers import HAVE_MPI
 from tests.distributed.test_signals import GONE_S, TAG_ENV, gone_within

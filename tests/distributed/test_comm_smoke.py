@@ -5,7 +5,7 @@ import time
 import pytest
 import torch
 
-from hetbench.harness.comm import CommMisuse, ReduceOp
+from hetbench.comm.comm import CommMisuse, ReduceOp
 from tests.helpers import on_ranks
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from hetbench.algorithms import topologies
+from hetbench.core.config import RunConfig
 from hetbench.errors import UserError
-from hetbench.harness.config import RunConfig
 from tests.helpers import events, run_config
 
 CASES = 50

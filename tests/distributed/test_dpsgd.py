@@ -4,10 +4,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from hetbench.algorithms import ALGORITHMS, topologies
-from hetbench.harness.context import WorkerContext
-from hetbench.harness.options import build_config
-from hetbench.harness.tensors import flat_grads, flat_params
+from hetbench.core.context import WorkerContext
+from hetbench.core.options import build_config
+from hetbench.core.registry import ALGORITHMS, topologies
+from hetbench.core.tensors import flat_grads, flat_params
 from tests.helpers import on_ranks
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hetbench.algorithms import ALGORITHMS
+from hetbench.core.registry import ALGORITHMS
 from hetbench.errors import UserError
 from tests.helpers import run_config
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from hetbench.algorithms import topologies
+from hetbench.core.config import RunConfig
 from hetbench.errors import UserError
-from hetbench.harness.config import RunConfig
 from tests.distributed.test_dpsgd import drive
 from tests.helpers import events, final_models, on_ranks, run_config
 

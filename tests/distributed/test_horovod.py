@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from hetbench.algorithms.allreduce import horovod_missing
-from hetbench.harness.config import RunConfig
-from hetbench.harness.tensors import flat_params
+from hetbench.core.config import RunConfig
+from hetbench.core.tensors import flat_params
 from tests.helpers import final_models, run_config
 
 ITERATIONS = 10

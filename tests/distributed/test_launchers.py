@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hetbench.harness.config import RunConfig
-from hetbench.harness.launch_external import prepare, summarize_run_dir
-from hetbench.harness.launcher import LocalLauncher, make_launcher
+from hetbench.core.config import RunConfig
+from hetbench.harness.launch import make_launcher
+from hetbench.harness.launch.external import prepare, summarize_run_dir
+from hetbench.harness.launch.local import LocalLauncher
 from tests.helpers import events, final_models
 
 # Short runs whose outcome is deterministic for a seed: fixed iterations, no slowdown, one

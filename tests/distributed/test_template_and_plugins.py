@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
-from hetbench.algorithms.base import Algorithm, StepInfo
-from hetbench.harness.options import opt
+from hetbench.core.algorithm import Algorithm, StepInfo
+from hetbench.core.options import opt
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,7 +86,7 @@ LAZY = '''
 from dataclasses import dataclass
 
 from hetbench.algorithms.template import LocalSGD, LocalSGDOptions
-from hetbench.harness.options import opt
+from hetbench.core.options import opt
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,8 +132,8 @@ def test_a_plugin_that_does_not_synchronize_is_flagged_in_every_report_file(tmp_
 PAIRS = '''
 import torch
 
-from hetbench.algorithms.base import Algorithm, StepInfo
-from hetbench.harness.tensors import flat_params, set_flat_params
+from hetbench.core.algorithm import Algorithm, StepInfo
+from hetbench.core.tensors import flat_params, set_flat_params
 
 
 class PairSGD(Algorithm):

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from hetbench.harness.metrics import throughput
-from hetbench.harness.store import read_jsonl
+from hetbench.core.metrics import throughput
+from hetbench.core.store import read_jsonl
 
 MATRIX = """
 name = "e2e"

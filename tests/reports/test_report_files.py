@@ -148,7 +148,7 @@ def test_published_vs_measured_places_ours_beside_theirs():
 
 
 def test_reproduce_fails_in_one_line_when_an_algorithm_is_unavailable(monkeypatch):
-    from hetbench.algorithms import ALGORITHMS
+    from hetbench.core.registry import ALGORITHMS
 
     ALGORITHMS.names()  # load plugins first, so the patch below is not overwritten
     monkeypatch.setitem(ALGORITHMS._targets, "not-landed", "hetbench.algorithms.not_landed:X")

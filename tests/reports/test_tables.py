@@ -6,8 +6,8 @@ import math
 import pandas as pd
 import pytest
 
+from hetbench.core.config import SCHEMA_VERSION
 from hetbench.errors import UserError
-from hetbench.harness.config import SCHEMA_VERSION
 from hetbench.reports import load_runs
 from hetbench.reports.load import load_evals, load_events
 from hetbench.reports.tables import prague_table, throughput_table, time_to_target_table

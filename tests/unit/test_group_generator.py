@@ -137,8 +137,8 @@ def test_bad_arguments_are_refused():
 
 @pytest.mark.parametrize("algorithm", ["prague-smart", "prague-random"])
 def test_run_config_refuses_groups_larger_than_the_world(algorithm):
+    from hetbench.core.config import RunConfig
     from hetbench.errors import UserError
-    from hetbench.harness.config import RunConfig
 
     with pytest.raises(UserError, match="group_size"):
         RunConfig(algorithm=algorithm, workload="mlp-digits", workers=3,

@@ -14,10 +14,10 @@ import pytest
 
 from hetbench.algorithms import topologies
 from hetbench.algorithms.prague.schedule import static_group
+from hetbench.core.config import RunConfig
+from hetbench.core.record import summarize
+from hetbench.core.store import read_jsonl
 from hetbench.errors import UserError
-from hetbench.harness.config import RunConfig
-from hetbench.harness.launcher import summarize
-from hetbench.harness.store import read_jsonl
 from hetbench.sim.engine import simulate
 from hetbench.sim.model import (
     ComputeModel,

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
+from hetbench.core.config import RunConfig
+from hetbench.core.metrics import throughput, throughput_window
 from hetbench.errors import UserError
-from hetbench.harness.config import RunConfig
 from hetbench.harness.matrix import expand, split_list
-from hetbench.harness.metrics import throughput, throughput_window
 from hetbench.slowdown import parse_slowdown
 
 
@@ -107,7 +107,7 @@ def test_throughput_without_a_common_window_sums_each_workers_own_rate():
 
 
 def test_sync_health_from_the_events_standard_fields():
-    from hetbench.harness.metrics import sync_health
+    from hetbench.core.metrics import sync_health
 
     events = [{"peers": 1, "staleness": 0.0}, {"peers": 0}, {"peers": 3, "staleness": 2.0},
               {"peers": 1, "staleness": 1.0}]

@@ -65,8 +65,8 @@ def test_a_layout_that_does_not_divide_is_refused():
 
 
 def test_run_config_refuses_a_layout_before_any_process_starts():
+    from hetbench.core.config import RunConfig
     from hetbench.errors import UserError
-    from hetbench.harness.config import RunConfig
 
     with pytest.raises(UserError, match="workers_per_node"):
         RunConfig(algorithm="prague-static", workload="mlp-digits", workers=6)

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import torch
 
-from hetbench.algorithms.base import Algorithm, StepInfo
-from hetbench.harness.comm import ReduceOp
-from hetbench.harness.options import opt
-from hetbench.harness.tensors import params_of
+from hetbench.comm.comm import ReduceOp
+from hetbench.core.algorithm import Algorithm, StepInfo
+from hetbench.core.options import opt
+from hetbench.core.tensors import params_of
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from hetbench.algorithms.prague.common import PragueOptions
 from hetbench.algorithms.prague.smart import _GeneratedGroups
-from hetbench.harness.options import opt
+from hetbench.core.options import opt
 
 
 @dataclass(frozen=True, kw_only=True)

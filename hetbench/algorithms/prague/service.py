@@ -29,7 +29,7 @@ import grpc
 from hetbench.algorithms.prague import group_generator_pb2 as pb
 from hetbench.algorithms.prague import group_generator_pb2_grpc as pb_grpc
 from hetbench.algorithms.prague.generator import GroupGenerator
-from hetbench.harness.signals import die_with_parent
+from hetbench.core.signals import die_with_parent
 
 #: How long the launcher waits for the server to say its port.
 START_TIMEOUT_S = 30.0
@@ -123,7 +123,7 @@ def gg_server(spec: dict[str, Any], log_path: Path | None = None,
     server spent serving (from its port line to its stop; start-up excluded) are written there
     as {"cpu_s": ...} where the OS tells (Linux /proc): the run's CPU cost includes them.
     """
-    from hetbench.harness.rendezvous import advertised_host
+    from hetbench.comm.rendezvous import advertised_host
 
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
     proc = subprocess.Popen(
@@ -136,7 +136,7 @@ def gg_server(spec: dict[str, Any], log_path: Path | None = None,
         yield {"gg_address": f"{advertised_host(host)}:{port}", "gg_pid": proc.pid}
         cpu_at_stop = process_cpu_s(proc.pid)
         if cpu_path and cpu_at_start is not None and cpu_at_stop is not None:
-            from hetbench.harness.store import write_json_atomic
+            from hetbench.core.store import write_json_atomic
 
             write_json_atomic(cpu_path, {"cpu_s": cpu_at_stop - cpu_at_start})
     finally:

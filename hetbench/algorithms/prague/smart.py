@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Literal
 
 from hetbench.algorithms.prague.common import PragueBase, PragueOptions
+from hetbench.core.options import opt
+from hetbench.core.store import SERVICE_CPU_FILE, read_json
 from hetbench.errors import UserError
-from hetbench.harness.options import opt
-from hetbench.harness.store import SERVICE_CPU_FILE, read_json
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from hetbench.algorithms.prague.common import PragueBase, PragueOptions
 from hetbench.algorithms.prague.schedule import check_layout, static_group
+from hetbench.core.options import opt
 from hetbench.errors import UserError
-from hetbench.harness.options import opt
 
 #: Steps past the first stopper's that everyone still runs (> the 4-step dependency horizon).
 END_MARGIN = 8

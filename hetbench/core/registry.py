@@ -56,3 +56,29 @@ class Registry(Generic[T]):
             target = getattr(module, attr)
             self._targets[name] = target
         return target
+
+
+# Built-ins are named by module path, so the contracts need not import any algorithm or
+# workload (they sit above this layer) and each is imported on first use.
+ALGORITHMS: Registry = Registry("algorithm", "hetbench.algorithms", {
+    "allreduce": "hetbench.algorithms.allreduce:AllReduce",
+    "ps-sync": "hetbench.algorithms.ps:ParameterServerSync",
+    "ps-async": "hetbench.algorithms.ps:ParameterServerAsync",
+    "dpsgd": "hetbench.algorithms.dpsgd:DPSGD",
+    "adpsgd": "hetbench.algorithms.adpsgd:ADPSGD",
+    "hop": "hetbench.algorithms.hop:Hop",
+    "prague-static": "hetbench.algorithms.prague.static:PragueStatic",
+    "prague-smart": "hetbench.algorithms.prague.smart:PragueSmart",
+    "prague-random": "hetbench.algorithms.prague.random:PragueRandom",
+    # The template to copy when adding an algorithm (a real one: local SGD).
+    "local-sgd": "hetbench.algorithms.template:LocalSGD",
+})
+
+WORKLOADS: Registry = Registry("workload", "hetbench.workloads", {
+    "svm": "hetbench.workloads.svm:LinearSVM",
+    "mlp-digits": "hetbench.workloads.mlp_digits:MLPDigits",
+    "cnn-cifar10": "hetbench.workloads.cnn_cifar10:CNNCifar10",
+    "resnet18": "hetbench.workloads.resnet:ResNet18",
+    "resnet50": "hetbench.workloads.resnet:ResNet50",
+    "vgg16": "hetbench.workloads.vgg16:VGG16",
+})

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from hetbench.harness.config import SCHEMA_VERSION
+from hetbench.core.config import SCHEMA_VERSION
 
 #: A run's helper process (a service such as Prague's Group Generator) leaves the CPU seconds it
 #: spent serving in run_dir / SERVICE_CPU_FILE.format(name=...) as {"cpu_s": ...}; the summary's

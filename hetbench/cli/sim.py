@@ -1,6 +1,6 @@
 """`bench sim`: the matrix of `bench run`, played by the simulator instead of real workers.
 
-Each click command here is in COMMANDS; hetbench.cli adds them to the `bench` group.
+Each click command here is in COMMANDS; hetbench.cli.main adds them to the `bench` group.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from hetbench.cli_flags import matrix_flags
+from hetbench.cli.flags import matrix_flags
 from hetbench.errors import UserError
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import click
 
-from hetbench.cli_flags import matrix_flags
+from hetbench.cli.flags import matrix_flags
+from hetbench.core.signals import exit_code, interrupted_cause, stop_on_signals
 from hetbench.errors import UserError
-from hetbench.harness.signals import exit_code, interrupted_cause, stop_on_signals
 
 EXIT_BAD_INPUT = 2
 
@@ -30,10 +30,9 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--options/--no-options", default=True, help="Show each component's options.")
 def list_cmd(options: bool) -> None:
     """Every registered algorithm, workload and slowdown kind, with options and defaults."""
-    from hetbench.algorithms import ALGORITHMS
-    from hetbench.harness.options import describe_options
+    from hetbench.core.options import describe_options
+    from hetbench.core.registry import ALGORITHMS, WORKLOADS
     from hetbench.slowdown import slowdown_kinds
-    from hetbench.workloads import WORKLOADS
 
     for title, registry in (("algorithms", ALGORITHMS), ("workloads", WORKLOADS)):
         click.echo(f"{title}:")
@@ -82,7 +81,7 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         for config in configs:
             click.echo(f"{config.run_id}  {config.label()}")
         return
-    from hetbench.harness.store import write_json_atomic
+    from hetbench.core.store import write_json_atomic
 
     # The matrix as run (file + flags), so `bench report` finds its `target` later.
     write_json_atomic(out_dir / "matrix.json", spec)
@@ -117,7 +116,7 @@ def _prepare(configs, out_dir: Path, force: bool) -> None:
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
 def summarize_cmd(run_dirs) -> None:
     """Write summary.json of runs that torchrun/mpirun ran without `bench run` (multi-node)."""
-    from hetbench.harness.launch_external import summarize_run_dir
+    from hetbench.harness.launch.external import summarize_run_dir
 
     failed = 0
     for run_dir in run_dirs:
@@ -193,10 +192,10 @@ def _run_with_progress(configs, out_dir: Path, force: bool) -> None:
 
 
 def _add_commands() -> None:
-    """Commands that live beside their code: report / compare / reproduce (hetbench.reports)
-    and sim (hetbench.sim), each module exporting a COMMANDS list."""
-    from hetbench.reports.commands import COMMANDS as report_commands
-    from hetbench.sim.command import COMMANDS as sim_commands
+    """The commands of cli/report.py (report / compare / reproduce) and cli/sim.py (sim), each
+    module exporting a COMMANDS list."""
+    from hetbench.cli.report import COMMANDS as report_commands
+    from hetbench.cli.sim import COMMANDS as sim_commands
 
     for command in [*report_commands, *sim_commands]:
         cli.add_command(command)

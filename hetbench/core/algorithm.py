@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from hetbench.harness.context import WorkerContext
+from hetbench.core.context import WorkerContext
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from hetbench.harness.comm import Comm
+from hetbench.comm.comm import Comm
 
 
 @dataclass

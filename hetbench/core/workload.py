@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import nn
 
-from hetbench.harness.options import opt
+from hetbench.core.options import opt
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

@@ -4,7 +4,7 @@ pieces of a multi-node run (`bench run --prepare`, then torchrun/mpirun on each 
 
 On one machine `bench run` starts the whole job as one torchrun (or mpirun) process, watches the
 run directory for progress like the local launcher, and writes summary.json when it ends. The
-ranks rendezvous as those tools make them (hetbench.harness.rendezvous), so the same worker runs
+ranks rendezvous as those tools make them (hetbench.comm.rendezvous), so the same worker runs
 unchanged across machines.
 """
 
@@ -22,19 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hetbench.core.config import RunConfig
+from hetbench.core.record import events_logged, last_iteration, size, write_summary
+from hetbench.core.signals import LAUNCHER_PID_ENV
+from hetbench.core.store import read_json, write_json_atomic
 from hetbench.errors import UserError
-from hetbench.harness.config import RunConfig
-from hetbench.harness.launcher import (
-    POLL_S,
-    _count_lines,
-    _last_iteration,
-    _size,
-    failure_cause,
-    record_run,
-    write_summary,
-)
-from hetbench.harness.signals import LAUNCHER_PID_ENV
-from hetbench.harness.store import read_json, write_json_atomic
+from hetbench.harness.launch.base import POLL_S, record_run
+from hetbench.harness.launch.failures import failure_cause
 
 #: How long torchrun / mpirun get to stop their ranks on SIGTERM before everything is killed.
 STOP_GRACE_S = 10.0
@@ -101,17 +95,17 @@ class ExternalLauncher:
             # (no forkserver here): seconds per rank, minutes on a crowded machine.
             limit_s = stall_limit_s + (STARTUP_S if last_size <= 0 else 0)
             if time.time() - last_change > limit_s:
-                last = {r: _last_iteration(run_dir, r) for r in range(config.workers)}
+                last = {r: last_iteration(run_dir, r) for r in range(config.workers)}
                 behind = min(last, key=lambda r: -1 if last[r] is None else last[r])
                 return None, (f"no rank made progress for {limit_s:.0f} s; rank {behind} "
                               f"is furthest behind (last iteration {last[behind]})")
-            size = sum(_size(run_dir / f"events.rank{r}.jsonl") for r in range(config.workers))
-            size += sum(_size(run_dir / f"worker.rank{r}.log") for r in range(config.world_size))
-            if size != last_size:
-                last_size, last_change = size, time.time()
+            logged = sum(size(run_dir / f"events.rank{r}.jsonl") for r in range(config.workers))
+            logged += sum(size(run_dir / f"worker.rank{r}.log") for r in range(config.world_size))
+            if logged != last_size:
+                last_size, last_change = logged, time.time()
                 if self.on_progress and time.time() - last_report > 0.5:
                     last_report = time.time()
-                    self.on_progress(_count_lines(run_dir, config.workers), expected)
+                    self.on_progress(events_logged(run_dir, config.workers), expected)
             time.sleep(POLL_S)
         return proc.returncode, None
 
@@ -295,7 +289,7 @@ def summarize_run_dir(run_dir: Path) -> dict[str, Any]:
         silent = [r for r in range(config.world_size) if r not in done]
         rank = silent[0]
         cause = (f"rank {rank} ended without a report (killed, or still running?) at iteration "
-                 f"{_last_iteration(run_dir, rank)}; ranks without done.rank<r>.json: {silent}")
+                 f"{last_iteration(run_dir, rank)}; ranks without done.rank<r>.json: {silent}")
     started, ended = _run_span(run_dir, config.world_size)
     return write_summary(config, run_dir, "ok" if cause is None else "failed", cause,
                          started, ended)

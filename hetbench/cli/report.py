@@ -1,6 +1,6 @@
 """CLI commands that read stored results: `bench report`, `bench compare`, `bench reproduce`.
 
-Each is a click command appended to COMMANDS; hetbench.cli adds them to the `bench` group.
+Each is a click command appended to COMMANDS; hetbench.cli.main adds them to the `bench` group.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ TARGET_HELP = ("Convergence target: accuracy:V or loss:V for every workload, or 
 def _targets(target: tuple[str, ...], matrix: Path | None, results_dir: Path):
     """--target values over the matrix's `target` (--matrix, else the matrix.json that
     `bench run` stored in the results directory), which is over none."""
-    from hetbench.harness.store import read_json
+    from hetbench.core.store import read_json
     from hetbench.reports.targets import parse_targets, targets_from_matrix
 
     found = {}

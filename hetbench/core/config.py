@@ -10,8 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from hetbench.core.options import build_config
 from hetbench.errors import UserError
-from hetbench.harness.options import build_config
 
 SCHEMA_VERSION = 1
 LAUNCHERS = ("local", "torchrun", "mpi")
@@ -80,7 +80,7 @@ class RunConfig:
         if self.device not in ("auto", "cpu", "cuda"):
             raise UserError(f"device must be auto, cpu or cuda, got {self.device!r}")
         if self.target:
-            from hetbench.harness.target import parse_target
+            from hetbench.core.target import parse_target
 
             object.__setattr__(self, "target", parse_target(self.target).spec)
         if self.launcher not in LAUNCHERS:
@@ -98,7 +98,7 @@ class RunConfig:
         load_cls.validate(load_cfg)
         injector = self.injector()
         injector.validate(self.workers)
-        from hetbench.harness.faults import parse_fault
+        from hetbench.core.faults import parse_fault
 
         parse_fault(self.fault, self.workers)
         object.__setattr__(self, "algorithm_options", dataclasses.asdict(algo_cfg))
@@ -106,12 +106,12 @@ class RunConfig:
 
     # -- components --------------------------------------------------------------------------
     def algorithm_class(self):
-        from hetbench.algorithms import ALGORITHMS
+        from hetbench.core.registry import ALGORITHMS
 
         return ALGORITHMS.get(self.algorithm)
 
     def workload_class(self):
-        from hetbench.workloads import WORKLOADS
+        from hetbench.core.registry import WORKLOADS
 
         return WORKLOADS.get(self.workload)
 

@@ -1,0 +1,173 @@
+"""The run record: what a run's directory holds and what its summary says, for every launcher
+and for the simulator.
+
+results/<matrix>/<run_id>/
+    config.json           the resolved RunConfig (written first)
+    env.json              versions, machine, git sha ({"simulated": true} for bench sim)
+    services.json         what the algorithm's services() yielded (its Group Generator's address)
+    events.rank<r>.jsonl  one line per iteration per worker (EventLog; the simulator's EventSink)
+    eval.jsonl            test loss/accuracy of the delivered model over time
+    done.rank<r>.json     written by a rank that ended cleanly (what its finish() did)
+    error.rank<r>.json    written by a rank that failed (the launchers' failure analysis reads it)
+    summary.json          status ok|failed|interrupted, cause, throughput, sync health, ...
+
+The files are written through core.store (atomic JSON, whole JSONL lines).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from hetbench.core.config import SCHEMA_VERSION, RunConfig
+from hetbench.core.metrics import sync_health, throughput, time_breakdown
+from hetbench.core.store import SERVICE_CPU_FILE, read_json, read_jsonl, write_json_atomic
+
+
+def run_dirs(path: Path) -> list[Path]:
+    """Run directories (holding config.json) under `path`, skipping set-aside attempts."""
+    path = Path(path)
+    if (path / "config.json").exists():
+        return [path]
+    return sorted(p.parent for p in path.rglob("config.json")
+                  if not any(part.startswith(".") for part in p.relative_to(path).parts))
+
+
+def finished_real_runs(results_dir: Path):
+    """(run_dir, config dict, summary dict) of every real run in results_dir that finished ok
+    (unreadable, failed and simulated runs skipped): what the simulator's fits learn from."""
+    for run_dir in run_dirs(Path(results_dir)):
+        try:
+            config = read_json(run_dir / "config.json")
+            summary = read_json(run_dir / "summary.json")
+        except (OSError, ValueError):
+            continue
+        if summary.get("status") == "ok" and not summary.get("simulated"):
+            yield run_dir, config, summary
+
+
+def encode_fields(fields: dict) -> str:
+    """Algorithm fields as the tail of an event line: ',"k":v,...' (JSON)."""
+    return "," + json.dumps(fields, separators=(",", ":"))[1:-1] if fields else ""
+
+
+def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
+    """Throughput, iterations and time breakdown of a finished run, from its files only."""
+    events_by_rank, torn = {}, 0
+    for rank in range(config.workers):
+        events, bad = read_jsonl(run_dir / f"events.rank{rank}.jsonl")
+        events_by_rank[rank] = events
+        torn += bad
+    evals, bad = read_jsonl(run_dir / "eval.jsonl")
+    torn += bad
+    final = next((e for e in reversed(evals) if e.get("kind") == "final"), {})
+    done = done_records(config, run_dir)
+    snapshots = [e["consensus_distance"] for e in evals
+                 if e.get("kind") == "snapshot" and e.get("consensus_distance") is not None]
+    all_events = [e for events in events_by_rank.values() for e in events]
+    t_first = min((e["t_start"] for e in all_events), default=0)
+    t_last = max((e["t_end"] for e in all_events), default=0)
+    return {
+        "throughput": throughput(events_by_rank, config.warmup_iterations),
+        "samples": sum(e["samples"] for e in all_events),
+        "iterations": sum(len(v) for v in events_by_rank.values()),
+        "iterations_per_worker": [len(events_by_rank[r]) for r in range(config.workers)],
+        "last_iteration_per_worker": [
+            events_by_rank[r][-1]["iteration"] if events_by_rank[r] else None
+            for r in range(config.workers)],
+        "train_wall_s": (t_last - t_first) / 1e9,
+        "final_test_loss": final.get("test_loss"),
+        "final_test_accuracy": final.get("test_accuracy"),
+        "final_consensus_distance": final.get("consensus_distance"),
+        "mean_consensus_distance": sum(snapshots) / len(snapshots) if snapshots else None,
+        **sync_health(all_events),
+        "sync_intended": config.algorithm_class().intended_sync_share(
+            config.algorithm_config(), config.workers),
+        "averagings_after_training": averagings_after_training(done),
+        "torn_lines": torn,
+        **time_breakdown(all_events),
+        "train_cpu_s": train_cpu_s(run_dir, done),
+    }
+
+
+def done_records(config: RunConfig, run_dir: Path) -> list[dict[str, Any] | None]:
+    """Each rank's done.rank<r>.json (None for a rank that has none: it failed)."""
+    records: list[dict[str, Any] | None] = []
+    for rank in range(config.world_size):
+        try:
+            records.append(read_json(run_dir / f"done.rank{rank}.json"))
+        except (OSError, ValueError):
+            records.append(None)
+    return records
+
+
+def train_cpu_s(run_dir: Path, done: list[dict[str, Any] | None]) -> float | None:
+    """CPU seconds the run's processes spent training: every rank's (its done record, common
+    start to finish) plus its services' (SERVICE_CPU_FILE); None if a rank's is missing (it
+    failed, or ran an older hetbench)."""
+    total = 0.0
+    for record in done:
+        cpu = None if record is None else record.get("train_cpu_s")
+        if not isinstance(cpu, int | float):
+            return None
+        total += cpu
+    for path in sorted(run_dir.glob(SERVICE_CPU_FILE.format(name="*"))):
+        try:
+            total += float(read_json(path)["cpu_s"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    return total
+
+
+def averagings_after_training(done: list[dict[str, Any] | None]) -> int | None:
+    """Averagings the ranks did after their last iteration (finish()), summed; None if no
+    rank's algorithm recorded any."""
+    values = [r["averagings_after_training"] for r in done
+              if r is not None and isinstance(r.get("averagings_after_training"), int)]
+    return sum(values) if values else None
+
+
+def write_summary(config: RunConfig, run_dir: Path, status: str, cause: str | None,
+                  started: float, ended: float | None = None) -> dict[str, Any]:
+    """summary.json of a run (any launcher): its outcome beside what summarize() measures."""
+    summary = {
+        "schema_version": SCHEMA_VERSION, "run_id": config.run_id, "status": status,
+        "cause": cause, "wall_s": (ended or time.time()) - started,
+        "started_at": datetime.datetime.fromtimestamp(started).isoformat(),
+        "algorithm": config.algorithm, "workload": config.workload,
+        "workers": config.workers, "world_size": config.world_size,
+        "slowdown": config.slowdown, "seed": config.seed, "pace_ms": config.pace_ms,
+        "compute": config.compute, "synthetic": config.synthetic, "launcher": config.launcher,
+        **summarize(config, run_dir),
+    }
+    write_json_atomic(run_dir / "summary.json", summary)
+    return summary
+
+
+def last_iteration(run_dir: Path, rank: int) -> int | None:
+    """The iteration of a worker's last event line (None before its first)."""
+    events, _ = read_jsonl(run_dir / f"events.rank{rank}.jsonl")
+    return events[-1]["iteration"] if events else None
+
+
+def size(path: Path) -> int:
+    """Bytes in `path` (0 before it exists): the launchers' sign of progress."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def events_logged(run_dir: Path, workers: int) -> int:
+    """Event lines written so far by every worker (progress)."""
+    total = 0
+    for rank in range(workers):
+        try:
+            with (run_dir / f"events.rank{rank}.jsonl").open("rb") as f:
+                total += sum(1 for _ in f)
+        except FileNotFoundError:
+            pass
+    return total

@@ -1,0 +1,46 @@
+"""What every launcher does around its ranks (record_run), and the progress it watches."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hetbench.core.config import RunConfig
+from hetbench.core.record import write_summary
+from hetbench.core.signals import interrupted_cause
+from hetbench.core.store import environment, write_json_atomic
+
+#: How often a launcher looks at its ranks and their files.
+POLL_S = 0.1
+
+
+def record_run(config: RunConfig, run_dir: Path, train: Callable[[dict[str, Any]], str | None],
+               cleanup: Callable[[], None]) -> dict[str, Any]:
+    """What every launcher does around its ranks: config.json and env.json first, the
+    algorithm's services for the run's lifetime, `train(services)` (the failure cause, or None),
+    `cleanup()` (kill what is left) and summary.json whatever happened; Ctrl-C marks the run
+    interrupted and is re-raised."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run_dir / "config.json", config.to_dict())
+    write_json_atomic(run_dir / "env.json", environment())
+    started = time.time()
+    try:
+        with config.algorithm_class().services(config.algorithm_config(), config.workers,
+                                               run_dir) as services:
+            write_json_atomic(run_dir / "services.json", services)
+            try:
+                cause = train(services)
+            finally:
+                cleanup()
+        status = "ok" if cause is None else "failed"
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (harness.signals)
+        status, cause = "interrupted", interrupted_cause(exc)
+        raise
+    except Exception as exc:
+        status, cause = "failed", f"launcher: {type(exc).__name__}: {exc}"
+    finally:
+        cleanup()
+        summary = write_summary(config, run_dir, status, cause, started)
+    return summary
