@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import torch
 
 from hetbench.algorithms import topologies
@@ -29,6 +30,7 @@ from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.options import opt
 from hetbench.core.tensors import flat_params, set_flat_params
 from hetbench.errors import UserError
+from hetbench.sim.protocol import Protocol
 
 REQUEST_TAG, REPLY_TAG = 51, 52
 #: First element of a request: average with this model, or this active worker is done.
@@ -61,6 +63,10 @@ class ADPSGD(Algorithm):
     name = "adpsgd"
     description = "AD-PSGD: active workers average with a random passive neighbour, asynchronously"
     Config = ADPSGDOptions
+
+    @classmethod
+    def simulated_protocol(cls):
+        return ADPSGDSim
     synchronous = False
 
     @classmethod
@@ -176,3 +182,44 @@ class ADPSGD(Algorithm):
         # not start (and time out) while one is still training.
         ctx.comm.wait_for_arrivals("adpsgd-finished", ctx.workers)
         return {"averagings_after_training": served_after}
+
+
+# -- simulated protocol (bench sim): the same rules in simulated time ------------------------
+
+class ADPSGDSim(Protocol):
+    """Actives average with a random passive neighbour, whose serving thread is a FIFO queue."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        active, _ = topologies.bipartite_split(self.n)
+        self.active = set(active)
+        self.graph = pair_graph(self.config, self.n)
+        seed = engine.config.seed
+        # The same per-rank generator a real worker draws its peers from (WorkerContext.rng).
+        self.rng = {w: np.random.default_rng([seed, w, 17]) for w in active}
+        self.server_free = [0.0] * self.n
+        self.served = [0] * self.n
+        #: Per passive worker: iteration gaps to the actives it served since its last step.
+        self.gaps = [0] * self.n
+
+    def ready(self, w):
+        t = self.eng.now
+        if w not in self.active:
+            served, self.served[w] = self.served[w], 0
+            gaps, self.gaps[w] = self.gaps[w], 0
+            self.eng.end_step(w, t, 0.0, {"served": served}, peers=served,
+                              staleness=gaps / served if served else None)
+            return
+        peers = self.graph[w]
+        peer = int(peers[self.rng[w].integers(len(peers))])
+        start = max(self.server_free[peer], t)
+        active = self.eng.active
+        end = (start + self.net.message(self.model_bytes + 4, active)
+               + self.net.message(self.model_bytes, active))
+        self.server_free[peer] = end
+        self.served[peer] += 1
+        # Both iterations as the request and the reply carry them (the passive's at the time
+        # of the request: it serves from a thread, whatever its own step is doing).
+        gap = abs(self.eng.iteration[w] - self.eng.iteration[peer])
+        self.gaps[peer] += gap
+        self.eng.end_step(w, end, start - t, {"peer": peer}, peers=1, staleness=float(gap))

@@ -31,6 +31,7 @@ from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.options import opt
 from hetbench.core.tensors import buckets, params_of
 from hetbench.errors import UserError
+from hetbench.sim.protocol import Protocol
 
 IMPLS = ("buckets", "ddp", "horovod")
 
@@ -75,6 +76,14 @@ class AllReduce(Algorithm):
     name = "allreduce"
     description = "ring all-reduce of gradients every step; everyone waits for the slowest"
     Config = AllReduceOptions
+
+    @classmethod
+    def optional_features(cls):
+        return {"impl=horovod": "not installed (make horovod)" if horovod_missing() else None}
+
+    @classmethod
+    def simulated_protocol(cls):
+        return AllReduceSim
 
     @classmethod
     def validate(cls, config, workers):
@@ -186,3 +195,26 @@ class AllReduce(Algorithm):
 
             # Stop horovod's background thread now: ranks end with os._exit (no atexit).
             hvd.shutdown()
+
+
+# -- simulated protocol (bench sim): the same rules in simulated time ------------------------
+
+class AllReduceSim(Protocol):
+    """Everyone waits for the last gradient, then one ring all-reduce per bucket."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.buckets = engine.layout.bucket_bytes
+        self.arrived: list[int] = []
+
+    def ready(self, w):
+        self.arrived.append(w)
+        if len(self.arrived) < self.n:
+            return
+        start = self.eng.now  # events run in time order: the last arrival is now
+        active = self.eng.active
+        cost = sum(self.net.ring_allreduce(b, self.n, active) for b in self.buckets)
+        for x in self.arrived:
+            self.eng.end_step(x, start + cost, start - self.eng.t_sync[x], peers=self.n - 1,
+                              staleness=0.0)
+        self.arrived = []

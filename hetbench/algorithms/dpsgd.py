@@ -21,6 +21,7 @@ from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.options import opt
 from hetbench.core.tensors import flat_params, set_flat_params
 from hetbench.errors import UserError
+from hetbench.sim.protocol import Protocol
 
 #: Point-to-point tag of D-PSGD's model exchange (gloo matches messages on (source, tag)).
 MODEL_TAG = 31
@@ -63,6 +64,10 @@ class DPSGD(Algorithm):
     description = "D-PSGD: synchronous gossip, x_i <- sum_j W_ij x_j - lr g_i over a fixed graph"
     Config = GossipOptions
 
+
+    @classmethod
+    def simulated_protocol(cls):
+        return DPSGDSim
     @classmethod
     def validate(cls, config, workers):
         gossip_graph(config, workers)
@@ -92,3 +97,40 @@ class DPSGD(Algorithm):
         optimizer.step()
         # Synchronous gossip: every neighbour's model of this same iteration.
         return StepInfo(wait_s=wait_s, peers=len(self.neighbours), staleness=0.0)
+
+
+# -- simulated protocol (bench sim): the same rules in simulated time ------------------------
+
+class DPSGDSim(Protocol):
+    """Iteration k of worker i ends one message after all of its neighbours' k-th models."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.graph = gossip_graph(self.config, self.n)
+        #: ready_at[w][k]: when w's k-th gradient was ready (its k-th model sent).
+        self.ready_at: list[list[float]] = [[] for _ in range(self.n)]
+        self.waiting = [False] * self.n
+
+    def ready(self, w):
+        self.ready_at[w].append(self.eng.now)
+        self.waiting[w] = True
+        self._try(w)
+        for j in self.graph[w]:
+            if self.waiting[j]:
+                self._try(j)
+
+    def _try(self, x):
+        k = self.eng.iteration[x]
+        ready_at = self.ready_at
+        if any(len(ready_at[j]) <= k for j in self.graph[x]):
+            return
+        latest = max(ready_at[j][k] for j in self.graph[x])
+        mine = ready_at[x][k]
+        self.waiting[x] = False
+        # x sends to and receives from each of its d neighbours: d hops' worth of CPU time
+        # (a ring all-reduce hop is one send and one receive per process), one alpha.
+        net = self.net
+        exchange = (net.alpha_s + self.model_bytes / net.beta_bytes_per_s
+                    + len(self.graph[x]) * net.cpu_s * net.share(self.eng.active))
+        self.eng.end_step(x, max(latest, mine) + exchange, latest - mine,
+                          peers=len(self.graph[x]), staleness=0.0)

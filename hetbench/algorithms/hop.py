@@ -48,6 +48,7 @@ from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.options import opt
 from hetbench.core.tensors import flat_params, set_flat_params
 from hetbench.errors import UserError
+from hetbench.sim.protocol import Protocol
 
 UPDATE, SKIP, DONE = 0, 1, 2
 #: Header length: kind, lo, hi, entered. Iterations ride in the model's dtype (float32 holds
@@ -90,7 +91,7 @@ class Entry:
 
 
 # -- the decision rules: pure functions of one worker's queue state ----------------------------
-# Shared with the simulator (hetbench/sim/protocols.py), so a simulated Hop decides exactly as
+# Shared with the simulated protocol (HopSim, below), so a simulated Hop decides exactly as
 # a real one. `queues` maps a neighbour to its entries, oldest first; `entered` maps a neighbour
 # to the newest iteration it said it entered; `done` holds neighbours that finished.
 
@@ -142,6 +143,10 @@ class Hop(Algorithm):
     description = ("Hop: decentralized, queue-based sync with backup workers, bounded staleness "
                    "and iteration skipping")
     Config = HopOptions
+
+    @classmethod
+    def simulated_protocol(cls):
+        return HopSim
     synchronous = False
 
     @classmethod
@@ -293,3 +298,127 @@ class Hop(Algorithm):
         # Neighbours may finish far apart (no skipping, a fixed straggler); the evaluation's
         # collectives must not start (and time out) while one is still training.
         ctx.comm.wait_for_arrivals("hop-finished", ctx.workers)
+
+
+# -- simulated protocol (bench sim): the same rules in simulated time ------------------------
+
+#: Kinds of a simulated message (None: DONE).
+UPDATE, SKIP = 0, 1
+
+
+class HopSim(Protocol):
+    """Hop's queues: backup workers, bounded staleness, token queues (iteration gap), skipping.
+
+    Per worker: an update queue per neighbour of (lo, hi) entries, each neighbour's newest
+    `entered` iteration, and the neighbours that are done, all updated when a message lands
+    (one alpha + bytes/beta after it was sent). The rules are py's, applied to that state.
+    """
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.graph = gossip_graph(self.config, self.n)
+        self.msg_bytes = self.model_bytes + HEADER * 4
+        c = self.config
+        self.b, self.s, self.gap = c.backup_workers, c.staleness, c.max_iteration_gap
+        self.skip, self.skip_threshold = c.skip, c.skip_threshold
+        self.queues = [{j: deque() for j in self.graph[i]} for i in range(self.n)]
+        self.entered = [dict.fromkeys(self.graph[i], 0) for i in range(self.n)]
+        self.done_peers: list[set[int]] = [set() for _ in range(self.n)]
+        self.stopped = [False] * self.n
+        #: What a blocked worker waits for: ("updates", k, since) or ("tokens", following,
+        #: since, wait_s, fields, sync).
+        self.blocked: list[tuple | None] = [None] * self.n
+
+    # -- messages ----------------------------------------------------------------------------
+    def _send(self, w: int, kind: int, lo: int, hi: int, entered: int) -> None:
+        arrive = self.eng.now + self.net.message(self.msg_bytes, self.eng.active)
+        for j in self.graph[w]:
+            self.eng.at(arrive, self._deliver, w, j, kind, lo, hi, entered)
+
+    def _deliver(self, src, dst, kind, lo, hi, entered):
+        if kind is None:  # DONE
+            self.done_peers[dst].add(src)
+        else:
+            if entered > self.entered[dst][src]:
+                self.entered[dst][src] = entered
+            if not self.stopped[dst]:
+                self.queues[dst][src].append(Entry(lo, hi))
+        if self.blocked[dst] is not None:
+            self._unblock(dst)
+
+    # -- py's rules, on this worker's state ----------------------------------------------
+    def _usable(self, w, j, k):
+        entry = newest_usable(self.queues[w][j], k, self.s)
+        return None if entry is None else entry.hi
+
+    def _updates_ready(self, w, k):
+        return updates_ready(self.queues[w], self.done_peers[w], k, self.b, self.s)
+
+    def _tokens_ready(self, w, k):
+        return tokens_ready(self.entered[w], self.done_peers[w], k, self.gap)
+
+    def _skip_target(self, w, k):
+        return skip_target(self.entered[w], self.done_peers[w], k, self.skip_threshold,
+                           self.gap)
+
+    def _drop_before(self, w, k):
+        drop_before(self.queues[w], k, self.s)
+
+    # -- the step ----------------------------------------------------------------------------
+    def ready(self, w):
+        k = self.eng.iteration[w]
+        self._send(w, UPDATE, k, k, k)
+        target = self._skip_target(w, k) if self.skip else None
+        if target is None:
+            if self._updates_ready(w, k):
+                self._mixed(w, k, 0.0)
+            else:
+                self.blocked[w] = ("updates", k, self.eng.now)
+            return
+        used = {str(j): q[-1].hi for j, q in self.queues[w].items() if q}
+        self._drop_before(w, target)
+        fields = {"used": used, "skipped": target - k - 1, "skip_to": target,
+                  "skip_ns": round(self.eng.now * 1e9)}
+        self._send(w, SKIP, k + 1, target - 1, target)
+        self._tokens(w, k, target, 0.0, fields)
+
+    def _mixed(self, w, k, wait_s):
+        used = {}
+        for j in self.graph[w]:
+            hi = self._usable(w, j, k)
+            if hi is not None:
+                used[str(j)] = min(hi, k)
+        self._drop_before(w, k + 1)
+        self._tokens(w, k, k + 1, wait_s, {"used": used})
+
+    def _tokens(self, w, k, following, wait_s, fields):
+        """Wait for the tokens of `following`, then end w's step k. Its peers and staleness
+        are the real step's: the neighbours' updates used, and their mean distance from k."""
+        used = fields["used"].values()
+        sync = {"peers": len(used),
+                "staleness": sum(abs(k - it) for it in used) / len(used) if used else None}
+        if self._tokens_ready(w, following):
+            self.eng.end_step(w, self.eng.now, wait_s, fields, following, **sync)
+        else:
+            self.blocked[w] = ("tokens", following, self.eng.now, wait_s, fields, sync)
+
+    def _unblock(self, w):
+        state = self.blocked[w]
+        now = self.eng.now
+        if state[0] == "updates":
+            _, k, since = state
+            if self._updates_ready(w, k):
+                self.blocked[w] = None
+                self._mixed(w, k, now - since)
+        else:
+            _, following, since, wait_s, fields, sync = state
+            if self._tokens_ready(w, following):
+                self.blocked[w] = None
+                self.eng.end_step(w, now, wait_s + now - since, fields, following, **sync)
+
+    def finish(self, w, t):
+        self.stopped[w] = True
+        for queue in self.queues[w].values():
+            queue.clear()
+        self._send(w, None, 0, 0, 0)  # DONE
+        self.eng.done(w)

@@ -16,10 +16,13 @@ gradient was: the updates other workers made between its previous pull and its p
 
 from __future__ import annotations
 
+from collections import deque
+
 import torch
 
 from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.tensors import flat_grads, flat_params, set_flat_grads, set_flat_params
+from hetbench.sim.protocol import Protocol
 
 GRAD_TAG = 1
 PARAMS_TAG = 2
@@ -73,6 +76,10 @@ class ParameterServerSync(_ParameterServer):
     name = "ps-sync"
     description = "parameter server, synchronous: average of all workers' gradients per step"
 
+    @classmethod
+    def simulated_protocol(cls):
+        return PSSyncSim
+
     @torch.no_grad()
     def serve(self, ctx, model, optimizer):
         n = ctx.workers
@@ -104,6 +111,10 @@ class ParameterServerSync(_ParameterServer):
 class ParameterServerAsync(_ParameterServer):
     name = "ps-async"
     description = "parameter server, asynchronous: each gradient applied on arrival"
+
+    @classmethod
+    def simulated_protocol(cls):
+        return PSAsyncSim
     synchronous = False
 
     @torch.no_grad()
@@ -120,3 +131,81 @@ class ParameterServerAsync(_ParameterServer):
             optimizer.step()
             version += 1
             ctx.comm.send(self._reply_with(model, version), dst=src, tag=PARAMS_TAG)
+
+
+# -- simulated protocol (bench sim): the same rules in simulated time ------------------------
+
+class PSSyncSim(Protocol):
+    """Gradients reach the server in arrival order; parameters go back one by one.
+
+    Each message flies one hop (alpha + its sender's CPU time) plus bytes/beta on the server's
+    link. The server handles one message at a time: its process spends the CPU time of every
+    receive and then of every send in turn (as PSAsyncSim's server does), so a step costs it
+    2n messages of CPU whatever the network; only the flights overlap.
+    """
+
+    servers = 1
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        beta = self.net.beta_bytes_per_s
+        # A gradient message carries one flag element more than the model.
+        self.push = (self.model_bytes + 4) / beta
+        self.pull = self.model_bytes / beta
+        self.arrived: list[int] = []
+
+    def ready(self, w):
+        self.arrived.append(w)
+        if len(self.arrived) < self.n:
+            return
+        t_sync, hop, cpu = self.eng.t_sync, self.net.hop(self.eng.active), self.net.cpu_s
+        free = 0.0
+        for x in self.arrived:  # arrival order
+            free = max(free, t_sync[x] + hop + self.push) + cpu
+        for i, x in enumerate(sorted(self.arrived)):  # the server sends to workers 0..n-1
+            end = free + (i + 1) * (cpu + self.pull) + hop
+            own = 2 * (hop + cpu) + self.push + self.pull
+            self.eng.end_step(x, end, end - t_sync[x] - own, peers=self.n - 1, staleness=0.0)
+        self.arrived = []
+
+
+class PSAsyncSim(Protocol):
+    """The server takes one gradient at a time, in arrival order, and answers its sender.
+
+    A request flies for alpha + bytes/beta, waits for the server, occupies it for the CPU time
+    of its two messages (receive and reply), and the reply flies back. Only the CPU time is
+    the server's: flights of different workers overlap (charging whole messages to the server
+    capped 16 workers at 2/3 of what they measured, docs/bench-sim.md).
+    CPU sharing: workers queued at the server are blocked in their receive and leave the cores
+    to the others, so the CPU time is shared among the processes in a step less those still
+    waiting for the server.
+    """
+
+    servers = 1
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.server_free = 0.0
+        #: The server's update count, and each worker's when it last pulled (staleness).
+        self.version = 0
+        self.pulled = [0] * self.n
+        #: When each request scheduled so far is served (non-decreasing: FIFO).
+        self._starts: deque[float] = deque()
+
+    def ready(self, w):
+        net = self.net
+        arrive = self.eng.now + net.alpha_s + (self.model_bytes + 4) / net.beta_bytes_per_s
+        starts = self._starts
+        while starts and starts[0] <= arrive:
+            starts.popleft()
+        start = max(self.server_free, arrive)
+        competing = max(self.eng.active - len(starts), 1)
+        starts.append(start)
+        self.server_free = start + 2 * net.cpu_s * net.share(competing)
+        end = self.server_free + net.alpha_s + self.model_bytes / net.beta_bytes_per_s
+        # Requests are scheduled here in the order the server takes them (FIFO), so this is
+        # the update count the reply carries, as the real server's does.
+        self.version += 1
+        staleness = self.version - 1 - self.pulled[w]
+        self.pulled[w] = self.version
+        self.eng.end_step(w, end, start - arrive, peers=self.n - 1, staleness=float(staleness))

@@ -20,6 +20,13 @@ so the whole Algorithm contract is visible in one screen:
    harness assumes every iteration.
 6. `synchronous = True` because every worker takes part in every average; asynchronous
    algorithms set it False and drain in `finish`.
+7. The simulated half (optional; `bench sim` refuses an algorithm without one): a Protocol
+   subclass that plays the same rules in simulated time, named by `simulated_protocol`. The
+   engine calls `ready(w)` when worker w's gradient is ready (at engine.now); the protocol
+   decides when w's step ends and calls `engine.end_step(w, t_end, wait_s, fields, peers=...,
+   staleness=...)` with what the real step's StepInfo would say. Costs come
+   from engine.network (alpha + bytes/beta per message, ring_allreduce, p_reduce) and sizes
+   from self.model_bytes; draw any randomness from the same seeds the real step uses.
 
 To ship your own as a plugin, put the class in your package and declare an entry point:
 
@@ -39,6 +46,7 @@ from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.options import opt
 from hetbench.core.tensors import flat_params, set_flat_params
 from hetbench.errors import UserError
+from hetbench.sim.protocol import Protocol
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +62,10 @@ class LocalSGD(Algorithm):
     @classmethod
     def intended_sync_share(cls, config, workers):
         return 1 / config.period
+
+    @classmethod
+    def simulated_protocol(cls):
+        return LocalSGDSim
 
     @classmethod
     def validate(cls, config, workers):
@@ -73,3 +85,28 @@ class LocalSGD(Algorithm):
         ctx.comm.average_(params, members=ctx.worker_ranks)
         set_flat_params(model, params)
         return StepInfo(peers=ctx.workers - 1, staleness=0.0)
+
+
+class LocalSGDSim(Protocol):
+    """Simulated local SGD: a local step ends as soon as its gradient is ready; every
+    `period`-th step, everyone waits for the last worker, then one ring all-reduce of the
+    model (what `average_` over the worker ranks does)."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.arrived: list[int] = []
+
+    def ready(self, w):
+        steps = self.eng.iteration[w] + 1  # the real step counts from 1
+        if steps % self.config.period:
+            self.eng.end_step(w, self.eng.now, 0.0, peers=0)
+            return
+        self.arrived.append(w)
+        if len(self.arrived) < self.n:
+            return
+        start = self.eng.now  # events run in time order: the last arrival is now
+        end = start + self.net.ring_allreduce(self.model_bytes, self.n, self.eng.active)
+        for x in self.arrived:
+            self.eng.end_step(x, end, start - self.eng.t_sync[x], peers=self.n - 1,
+                              staleness=0.0)
+        self.arrived = []

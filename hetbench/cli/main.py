@@ -50,11 +50,18 @@ def list_cmd(options: bool) -> None:
     for syntax, description in slowdown_kinds():
         click.echo(f"  {syntax:<16} {description}")
     # Optional back-ends that are built separately, so a user sees what is missing before a run.
-    from hetbench.algorithms.allreduce import horovod_missing
-
-    click.echo("optional:")
-    horovod = "not installed (make horovod)" if horovod_missing() else "available"
-    click.echo(f"  allreduce impl=horovod: {horovod}")
+    optional = []
+    for name in ALGORITHMS.names():
+        try:
+            features = ALGORITHMS.get(name).optional_features()
+        except UserError:
+            continue  # shown as unavailable above
+        optional += [f"  {name} {feature}: {why or 'available'}"
+                     for feature, why in features.items()]
+    if optional:
+        click.echo("optional:")
+        for line in optional:
+            click.echo(line)
 
 
 @cli.command("run")
@@ -103,10 +110,10 @@ def _prepare(configs, out_dir: Path, force: bool) -> None:
         if config.launcher == "torchrun":
             hint = (f"on every machine: torchrun --nnodes N --nproc-per-node {config.world_size}/N "
                     f"--rdzv-backend c10d --rdzv-endpoint HOST0:29500 --rdzv-id {config.run_id}"
-                    f" --max-restarts 0 -m hetbench.worker --run-dir {run_dir}")
+                    f" --max-restarts 0 -m hetbench.harness.worker --run-dir {run_dir}")
         else:
             hint = (f"on one machine: mpirun -n {config.world_size} --hostfile HOSTS "
-                    f"python -m hetbench.worker --run-dir {run_dir}")
+                    f"python -m hetbench.harness.worker --run-dir {run_dir}")
         click.echo(f"  {config.label()}: {hint}", err=True)
     click.echo("then `bench summarize RUN_DIR` writes each run's summary.json "
                "(docs/multi-node.md)", err=True)

@@ -71,13 +71,10 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
             click.echo(f"{config.run_id}  {config.label()}")
         return
     models = _models(compute_ms=compute_ms, fit_from=fit_from, **model_flags)
-    from hetbench.sim.protocols import PROTOCOLS
+    from hetbench.sim.engine import Engine
 
     for config in configs:  # what cannot be simulated fails before anything runs
-        models.compute.seconds(config)
-        if config.algorithm not in PROTOCOLS:
-            raise UserError(f"bench sim has no model of algorithm {config.algorithm!r}; it "
-                            f"simulates: {', '.join(sorted(PROTOCOLS))}")
+        Engine(config, models)
     check_writable(out_dir)
     _simulate_all(configs, models, out_dir)
 

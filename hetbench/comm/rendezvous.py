@@ -48,7 +48,7 @@ def join_torchrun(world_size: int, timeout_s: float) -> Rendezvous:
                if k not in os.environ]
     if missing:
         raise UserError(f"launcher torchrun: {', '.join(missing)} not set; start the worker "
-                        "with `torchrun ... -m hetbench.worker --run-dir DIR`")
+                        "with `torchrun ... -m hetbench.harness.worker --run-dir DIR`")
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     _check_size(size, world_size, "torchrun's --nnodes x --nproc-per-node")
     host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])

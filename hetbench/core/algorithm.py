@@ -84,6 +84,19 @@ class Algorithm(ABC):
         return 1.0
 
     @classmethod
+    def optional_features(cls) -> dict[str, str | None]:
+        """Options that need a separately installed back-end: {"option=value": None when it
+        is available here, else how to get it}. `bench list` shows them."""
+        return {}
+
+    @classmethod
+    def simulated_protocol(cls) -> type | None:
+        """The class that plays this algorithm in `bench sim` (a hetbench.sim.protocol.Protocol
+        subclass, defined beside the real step), or None: bench sim then refuses the algorithm
+        with one line. Returned from a method so the class may follow the algorithm's."""
+        return None
+
+    @classmethod
     def validate(cls, config: Any, workers: int) -> None:
         """Raise UserError if `config` cannot run with `workers` workers."""
 

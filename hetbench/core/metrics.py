@@ -75,22 +75,34 @@ def sync_health(events: Iterable[dict[str, Any]]) -> dict[str, float | None]:
     .staleness): the share of iterations that averaged with at least one peer, the mean group
     size (the worker plus the peers it mixed in), and the mean staleness of what was mixed in.
     None where no event says (an algorithm that does not report peers)."""
-    steps = synced = peers_total = 0
-    stale_total, stale_count = 0.0, 0
+    tally = SyncTally()
     for e in events:
-        peers = e.get("peers")
+        tally.add(e.get("peers"), e.get("staleness"))
+    return tally.health()
+
+
+class SyncTally:
+    """sync_health's sums, one step at a time (the simulator adds its steps as it plays them)."""
+
+    def __init__(self):
+        self.steps = self.synced = self.peers_total = 0
+        self.stale_total, self.stale_count = 0.0, 0
+
+    def add(self, peers: int | None, staleness: float | None) -> None:
         if peers is None:
-            continue
-        steps += 1
-        peers_total += peers
+            return
+        self.steps += 1
+        self.peers_total += peers
         if peers > 0:
-            synced += 1
-            staleness = e.get("staleness")
+            self.synced += 1
             if staleness is not None:
-                stale_total += staleness
-                stale_count += 1
-    return {
-        "sync_share": synced / steps if steps else None,
-        "mean_group_size": 1 + peers_total / steps if steps else None,
-        "mean_staleness": stale_total / stale_count if stale_count else None,
-    }
+                self.stale_total += staleness
+                self.stale_count += 1
+
+    def health(self) -> dict[str, float | None]:
+        steps = self.steps
+        return {
+            "sync_share": self.synced / steps if steps else None,
+            "mean_group_size": 1 + self.peers_total / steps if steps else None,
+            "mean_staleness": self.stale_total / self.stale_count if self.stale_count else None,
+        }

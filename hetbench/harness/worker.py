@@ -1,5 +1,8 @@
 """The life of one rank: join the world, build workload and algorithm, train, evaluate.
 
+`python -m hetbench.harness.worker --run-dir DIR` is the one entry point every launcher (the
+local one, torchrun, mpirun) starts once per rank.
+
 The loop per iteration is: compute (forward/backward, or an emulated paced wait) -> pacing floor
 -> injected slowdown -> algorithm.step (local update + synchronization) -> one event line. The
 harness times each phase; the algorithm reports only how long it was blocked on peers.
@@ -491,8 +494,8 @@ def _rank_from_environment() -> int:
     for key in ("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
         if key in os.environ:
             return int(os.environ[key])
-    raise SystemExit("hetbench.worker: no --rank and no RANK / OMPI_COMM_WORLD_RANK in the "
-                     "environment; start it through `bench run`, torchrun or mpirun")
+    raise SystemExit("hetbench.harness.worker: no --rank and no RANK / OMPI_COMM_WORLD_RANK in "
+                     "the environment; start it through `bench run`, torchrun or mpirun")
 
 
 def log_to_run_dir(run_dir: Path, rank: int) -> None:

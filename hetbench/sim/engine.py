@@ -4,8 +4,9 @@ Time is simulated seconds from the common start (t = 0), kept as floats and writ
 logs as integer nanoseconds, like a real run's clock. Each worker repeats what the real worker
 loop does: stop check -> compute (the compute model's time) -> injected slowdown ((k - 1) x that
 compute, from the run's own injector) -> the protocol's synchronization step -> one event line.
-A protocol (protocols.py) is told when a worker's gradient is ready and calls `end_step` when
-that worker's step is over, so waiting is whatever the protocol's rules make it.
+A protocol (the algorithm's own, beside its real step; the contract is sim/protocol.py) is told
+when a worker's gradient is ready and calls `end_step` when that worker's step is over, so
+waiting is whatever the protocol's rules make it.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from hetbench.core.config import SCHEMA_VERSION, RunConfig
-from hetbench.core.metrics import throughput
+from hetbench.core.metrics import SyncTally, throughput
+from hetbench.core.record import encode_fields
 from hetbench.core.signals import interrupted_cause
 from hetbench.core.store import environment, read_json, write_json_atomic
 from hetbench.errors import UserError
 from hetbench.sim.model import SimModels, layout
+from hetbench.sim.protocol import Protocol
 
 #: Events buffered per worker before they are appended to its log (bounds memory at scale).
 FLUSH_EVERY = 512
@@ -63,8 +66,6 @@ class Engine:
         # at the top of every iteration, as the real worker loop does.
         self._agree = config.seconds is not None and config.algorithm_class().synchronous
         self._agreeing: list[int] = []
-        from hetbench.sim.protocols import protocol_for
-
         self.protocol = protocol_for(self)
         self.active = self.protocol.servers  # a server process is always in its loop
 
@@ -127,23 +128,27 @@ class Engine:
         self.active += 1
         self.protocol.ready(w)
 
-    def end_step(self, w: int, t_end: float, wait_s: float, fields: dict | None = None,
-                 next_iteration: int | None = None) -> None:
-        """Worker w's step ends at t_end (>= now) after waiting wait_s for peers."""
+    def end_step(self, w: int, t_end: float, wait_s: float, fields: dict | str | None = None,
+                 next_iteration: int | None = None, *, peers: int | None = None,
+                 staleness: float | None = None) -> None:
+        """Worker w's step ends at t_end (>= now) after waiting wait_s for peers; `peers` and
+        `staleness` are the real step's StepInfo fields (synchronization health)."""
         if t_end > self.now:
-            self.at(t_end, self._end, w, t_end, wait_s, fields, next_iteration)
+            self.at(t_end, self._end, w, t_end, wait_s, fields, next_iteration, peers,
+                    staleness)
         else:
-            self._end(w, t_end, wait_s, fields, next_iteration)
+            self._end(w, t_end, wait_s, fields, next_iteration, peers, staleness)
 
-    def _end(self, w: int, t_end: float, wait_s: float, fields: dict | None,
-             next_iteration: int | None) -> None:
+    def _end(self, w: int, t_end: float, wait_s: float, fields: dict | str | None,
+             next_iteration: int | None, peers: int | None = None,
+             staleness: float | None = None) -> None:
         self.active -= 1
         k = self.iteration[w]
         step_s = t_end - self.t_sync[w]
         wait_s = min(max(wait_s, 0.0), step_s)
         if self.sink is not None:
             self.sink.add(w, k, self.t_start[w], t_end, self._compute_s[w], self._slowdown[w],
-                          step_s - wait_s, wait_s, fields)
+                          step_s - wait_s, wait_s, fields, peers, staleness)
         self.events += 1
         self.iteration[w] = k + 1 if next_iteration is None else next_iteration
         self.begin(w, t_end)
@@ -153,9 +158,23 @@ class Engine:
         self.finished[w] = True
 
 
-def encode_fields(fields: dict) -> str:
-    """Algorithm fields as the tail of an event line: ',"k":v,...' (JSON)."""
-    return "," + json.dumps(fields, separators=(",", ":"))[1:-1] if fields else ""
+def protocol_for(engine: Engine) -> Protocol:
+    """The simulated protocol the engine's algorithm names (Algorithm.simulated_protocol)."""
+    from hetbench.core.registry import ALGORITHMS
+
+    protocol = engine.config.algorithm_class().simulated_protocol()
+    if protocol is None:
+        playable = []
+        for name in ALGORITHMS.names():
+            try:
+                if ALGORITHMS.get(name).simulated_protocol() is not None:
+                    playable.append(name)
+            except UserError:
+                continue  # unavailable here (a missing optional dependency)
+        raise UserError(f"algorithm {engine.config.algorithm!r} has no simulated protocol "
+                        "(its Algorithm.simulated_protocol() returns None); bench sim plays: "
+                        f"{', '.join(playable)}")
+    return protocol(engine)
 
 
 class EventSink:
@@ -177,10 +196,18 @@ class EventSink:
         self.spans: list[list[tuple[int, int]]] = [[] for _ in range(config.workers)]
         self.last_iteration: list[int | None] = [None] * config.workers
         self._sums: list[tuple[float, float, float, float]] = []
+        self.sync = SyncTally()
 
     def add(self, rank: int, iteration: int, t_start: float, t_end: float, compute_s: float,
-            slowdown_s: float, comm_s: float, wait_s: float, fields: dict | str | None) -> None:
+            slowdown_s: float, comm_s: float, wait_s: float, fields: dict | str | None,
+            peers: int | None = None, staleness: float | None = None) -> None:
         extra = fields if isinstance(fields, str) else encode_fields(fields)
+        if peers is not None:
+            self.sync.add(peers, staleness)
+            sync = f',"peers":{peers}'
+            if staleness is not None:
+                sync += f',"staleness":{float(staleness)!r}'
+            extra = sync + extra
         start_ns, end_ns = round(t_start * 1e9), round(t_end * 1e9)
         line = (f'{self.prefix}{rank},"iteration":{iteration},"t_start":{start_ns},'
                 f'"t_end":{end_ns},"compute_s":{compute_s!r},'
@@ -224,8 +251,7 @@ class EventSink:
             "train_wall_s": ((max(ends) - min(starts)) / 1e9) if starts else 0.0,
             "final_test_loss": None, "final_test_accuracy": None,
             "final_consensus_distance": None, "mean_consensus_distance": None,
-            # Not yet modelled: the simulator's protocols do not report their peers.
-            "sync_share": None, "mean_group_size": None, "mean_staleness": None,
+            **self.sync.health(),
             "sync_intended": config.algorithm_class().intended_sync_share(
                 config.algorithm_config(), config.workers),
             "averagings_after_training": None, "torn_lines": 0,

@@ -4,9 +4,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from hetbench.algorithms import topologies
 from hetbench.core.context import WorkerContext
 from hetbench.core.options import build_config
-from hetbench.core.registry import ALGORITHMS, topologies
+from hetbench.core.registry import ALGORITHMS
 from hetbench.core.tensors import flat_grads, flat_params
 from tests.helpers import on_ranks
 

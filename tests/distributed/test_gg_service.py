@@ -8,7 +8,7 @@ from collections import defaultdict
 import grpc
 import pytest
 
-from hetbench.algorithms.prague import group_generator_pb2 as pb
+from hetbench.algorithms.prague.generated import group_generator_pb2 as pb
 from hetbench.algorithms.prague.generator import GroupGenerator
 from hetbench.algorithms.prague.service import GroupClient, gg_server, start_server
 

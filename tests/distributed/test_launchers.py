@@ -85,7 +85,7 @@ def torchrun_node(run_dir: Path, node_rank: int, port: int, run_id: str) -> subp
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
            "--nproc-per-node", "2", "--node-rank", str(node_rank), "--rdzv-backend", "c10d",
            "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run_id, "--max-restarts", "0",
-           "--monitor-interval", "0.5", "-m", "hetbench.worker", "--run-dir", str(run_dir)]
+           "--monitor-interval", "0.5", "-m", "hetbench.harness.worker", "--run-dir", str(run_dir)]
     log = open(run_dir / f"node{node_rank}.log", "wb")  # noqa: SIM115 (closed by the child)
     with log:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,

@@ -79,9 +79,12 @@ def _logged_pids(run_dir) -> list[int]:
     return pids
 
 
-@pytest.mark.parametrize(("sig", "algorithm"), [(signal.SIGTERM, "prague-smart"),
-                                                (signal.SIGHUP, "hop")],
-                         ids=["SIGTERM-prague-smart", "SIGHUP-hop"])
+@pytest.mark.parametrize(("sig", "algorithm"), [
+    pytest.param(signal.SIGTERM, "prague-smart", id="SIGTERM-prague-smart"),
+    pytest.param(signal.SIGHUP, "hop", id="SIGHUP-hop"),
+    # The other two pairs run in CI (slow): the same path, each 15 s.
+    pytest.param(signal.SIGHUP, "prague-smart", id="SIGHUP-prague-smart", marks=pytest.mark.slow),
+    pytest.param(signal.SIGTERM, "hop", id="SIGTERM-hop", marks=pytest.mark.slow)])
 def test_a_terminating_signal_stops_bench_like_ctrl_c(tmp_path, bench_cmd, cli_env, sig,
                                                       algorithm):
     proc, _, _, tag, run_dir = start_bench(tmp_path, bench_cmd, cli_env, algorithm)

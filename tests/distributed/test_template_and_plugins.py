@@ -168,3 +168,111 @@ def test_a_plugin_averaging_with_a_new_partner_each_step_runs_under_a_straggler(
     assert ran.returncode == 0, ran.stdout + ran.stderr
     (summary,) = [json.loads(p.read_text()) for p in out.glob("pair-sgd-*/summary.json")]
     assert summary["status"] == "ok" and summary["sync_share"] == 1.0
+
+
+SIMULATED = '''
+import torch
+
+from hetbench.core.algorithm import Algorithm, StepInfo
+from hetbench.core.tensors import flat_params, set_flat_params
+from hetbench.sim.protocol import Protocol
+
+
+class RingPairs(Algorithm):
+    """Written from README's "Adding an algorithm", both halves: each step, workers average
+    with the next one on the ring, alternating direction (pairs formed on the fly)."""
+
+    name = "ring-pairs"
+    description = "a third-party plugin with a simulated half"
+    synchronous = True
+
+    @classmethod
+    def simulated_protocol(cls):
+        return RingPairsSim
+
+    def setup(self, ctx, model, optimizer):
+        self.steps = 0
+
+    @torch.no_grad()
+    def step(self, ctx, model, optimizer):
+        optimizer.step()
+        partner = pair_of(ctx.rank, self.steps, ctx.workers)
+        self.steps += 1
+        if partner is None:
+            return StepInfo(peers=0)
+        params = flat_params(model)
+        ctx.comm.p_reduce_(params, members=sorted((ctx.rank, partner)))
+        set_flat_params(model, params)
+        return StepInfo(peers=1, staleness=0.0, fields={"partner": partner})
+
+
+def pair_of(rank, step, workers):
+    """The decision rule both halves share: even steps pair (0,1) (2,3) ..., odd steps
+    (1,2) (3,4) ...; a worker left without a partner steps alone."""
+    shift = step % 2
+    if (rank - shift) % 2:
+        partner = rank - 1
+    else:
+        partner = rank + 1
+    return partner if shift <= min(rank, partner) and max(rank, partner) < workers else None
+
+
+class RingPairsSim(Protocol):
+    """The same pairs in simulated time: a pair's average starts when both have arrived."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.waiting = {}
+
+    def ready(self, w):
+        k = self.eng.iteration[w]
+        partner = pair_of(w, k, self.n)
+        if partner is None:
+            self.eng.end_step(w, self.eng.now, 0.0, peers=0)
+            return
+        key = (k, min(w, partner))
+        if key not in self.waiting:
+            self.waiting[key] = w
+            return
+        other = self.waiting.pop(key)
+        end = self.eng.now + self.net.p_reduce(self.model_bytes, 2, self.eng.active)
+        for x in (w, other):
+            self.eng.end_step(x, end, self.eng.now - self.eng.t_sync[x],
+                              {"partner": w + other - x}, peers=1, staleness=0.0)
+'''
+
+
+def test_a_plugin_with_a_simulated_half_runs_in_bench_run_and_bench_sim(tmp_path, bench,
+                                                                         cli_env):
+    env = _install_plugin(tmp_path, SIMULATED, "ring-pairs = my_plugin:RingPairs", cli_env)
+    flags = ["--algorithms", "ring-pairs", "--workloads", "mlp-digits", "--workers", "4",
+             "--iterations", "20", "--pace-ms", "5"]
+    real = bench("run", *flags, "--out", tmp_path / "real", env=env)
+    assert real.returncode == 0, real.stdout + real.stderr
+    simulated = bench("sim", *flags, "--out", tmp_path / "sim", env=env)
+    assert simulated.returncode == 0, simulated.stdout + simulated.stderr
+    summaries = [json.loads(next((tmp_path / kind).glob("ring-pairs-*/summary.json")).read_text())
+                 for kind in ("real", "sim")]
+    for summary in summaries:
+        assert summary["status"] == "ok" and summary["iterations"] == 4 * 20
+    real_summary, sim_summary = summaries
+    assert sim_summary["simulated"] is True and not real_summary.get("simulated")
+    # Both halves follow the same rule: the same partner at every step of every worker, and
+    # the same share of steps that averaged (the edge workers sit out every other step).
+    for rank in range(4):
+        partners = [[e.get("partner") for e in map(json.loads, next(
+            (tmp_path / kind).glob(f"ring-pairs-*/events.rank{rank}.jsonl")).read_text()
+            .splitlines())] for kind in ("real", "sim")]
+        assert partners[0] == partners[1], rank
+    assert real_summary["sync_share"] == sim_summary["sync_share"] == 0.75
+
+
+def test_bench_sim_refuses_a_plugin_without_a_simulated_half(tmp_path, bench, cli_env):
+    env = _install_plugin(tmp_path, PLUGIN, "scaled-allreduce = my_plugin:ScaledAllReduce",
+                          cli_env)
+    result = bench("sim", "--algorithms", "scaled-allreduce", "--workloads", "mlp-digits",
+                   "--workers", "4", "--pace-ms", "10", "--out", tmp_path / "o", env=env)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "has no simulated protocol" in lines[0], result.stderr
+    assert "local-sgd" in lines[0]  # it names what bench sim plays

@@ -26,8 +26,8 @@ from typing import Any
 
 import grpc
 
-from hetbench.algorithms.prague import group_generator_pb2 as pb
-from hetbench.algorithms.prague import group_generator_pb2_grpc as pb_grpc
+from hetbench.algorithms.prague.generated import group_generator_pb2 as pb
+from hetbench.algorithms.prague.generated import group_generator_pb2_grpc as pb_grpc
 from hetbench.algorithms.prague.generator import GroupGenerator
 from hetbench.core.signals import die_with_parent
 

@@ -14,9 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetbench.algorithms.prague.common import PragueBase, PragueOptions
-from hetbench.algorithms.prague.schedule import check_layout, static_group
+from hetbench.algorithms.prague.schedule import check_layout, static_group, static_groups
 from hetbench.core.options import opt
+from hetbench.core.record import encode_fields
 from hetbench.errors import UserError
+from hetbench.sim.protocol import Meetings, Protocol
 
 #: Steps past the first stopper's that everyone still runs (> the 4-step dependency horizon).
 END_MARGIN = 8
@@ -37,6 +39,10 @@ class PragueStatic(PragueBase):
     name = "prague-static"
     description = "Prague, static GG: P-Reduce over a fixed conflict-free inter/intra-node schedule"
     Config = PragueStaticOptions
+
+    @classmethod
+    def simulated_protocol(cls):
+        return PragueStaticSim
 
     @classmethod
     def validate(cls, config, workers):
@@ -81,3 +87,67 @@ class PragueStatic(PragueBase):
         record = self.drain(ctx, remaining())
         self.release(ctx)
         return record
+
+
+# -- simulated protocol (bench sim): the same rules in simulated time ------------------------
+
+class PragueStaticSim(Protocol):
+    """The paper's fixed schedule; the first worker to stop fixes a last synchronized step."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.end_margin = END_MARGIN
+        self.step = [0] * self.n
+        self.end: int | None = None
+        self.meetings = Meetings(self)
+        self._by_step: dict[int, dict[int, tuple[int, ...]]] = {}
+
+    def _group(self, w: int) -> tuple[int, tuple[int, ...]]:
+        step = self.step[w]
+        self.step[w] += 1
+        if self.end is not None and step >= self.end:
+            return step, (w,)
+        return step, self._groups_of(step)[w]
+
+    def _groups_of(self, step: int) -> dict[int, tuple[int, ...]]:
+        """Each worker's group at `step`, from the schedule's own static_groups.
+
+        A real worker calls static_group (O(workers)) for itself; n simulated workers doing so
+        would cost O(n^2) per step, so each step's groups are computed once and kept while
+        workers can still be at that step (they are at most a few steps apart).
+        """
+        groups = self._by_step.get(step)
+        if groups is None:
+            groups = {w: g for g in static_groups(step, self.n, self.config.workers_per_node)
+                      for w in g}
+            self._by_step[step] = groups
+            self._by_step.pop(step - 64, None)
+        return groups
+
+    def ready(self, w):
+        step, group = self._group(w)
+        fields = encode_fields({"group": list(group), "gg_s": 0.0, "schedule_step": step})
+        if len(group) < 2:
+            self.eng.end_step(w, self.eng.now, 0.0, fields, peers=0)
+        else:
+            self.meetings.join((step, group), group, w, self.eng.now, fields)
+
+    def met(self, w, end, wait_s, fields, peers, staleness):
+        if fields is None:  # a step of finish()
+            self.eng.at(end, self._drain, w, end)
+        else:
+            self.eng.end_step(w, end, wait_s, fields, peers=peers, staleness=staleness)
+
+    def finish(self, w, t):
+        if self.end is None:
+            self.end = -(-(self.step[w] + self.end_margin) // 4) * 4
+        self._drain(w, t)
+
+    def _drain(self, w, t):
+        """finish(): run every schedule step below the agreed end, without training."""
+        while self.step[w] < self.end:
+            step, group = self._group(w)
+            if len(group) > 1:
+                self.meetings.join((step, group), group, w, t, None)
+                return
+        self.eng.done(w)

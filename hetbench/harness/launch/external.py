@@ -130,7 +130,7 @@ class ExternalLauncher:
 
 
 class TorchrunLauncher(ExternalLauncher):
-    """`torchrun --nnodes 1 --nproc-per-node W --rdzv-backend c10d -m hetbench.worker`."""
+    """`torchrun --nnodes 1 --nproc-per-node W --rdzv-backend c10d -m hetbench.harness.worker`."""
 
     name = "torchrun"
 
@@ -144,7 +144,7 @@ class TorchrunLauncher(ExternalLauncher):
             # A failed rank fails the run (hetbench measures, it does not recover), and the
             # agent notices it within half a second.
             "--max-restarts", "0", "--monitor-interval", "0.5",
-            "-m", "hetbench.worker", "--run-dir", str(run_dir),
+            "-m", "hetbench.harness.worker", "--run-dir", str(run_dir),
         ]
 
     def exit_codes(self, log: str, world_size: int) -> dict[int, int]:
@@ -157,7 +157,7 @@ class TorchrunLauncher(ExternalLauncher):
 
 
 class MpiLauncher(ExternalLauncher):
-    """`mpirun -n W python -m hetbench.worker` (Open MPI; mpi4py inside the ranks)."""
+    """`mpirun -n W python -m hetbench.harness.worker` (Open MPI; mpi4py inside the ranks)."""
 
     name = "mpi"
 
@@ -172,7 +172,7 @@ class MpiLauncher(ExternalLauncher):
     def command(self, config: RunConfig, run_dir: Path) -> list[str]:
         return [
             mpirun_path(), "-n", str(config.world_size), *mpirun_flags(),
-            sys.executable, "-m", "hetbench.worker", "--run-dir", str(run_dir),
+            sys.executable, "-m", "hetbench.harness.worker", "--run-dir", str(run_dir),
         ]
 
     def exit_codes(self, log: str, world_size: int) -> dict[int, int]:

@@ -1,8 +1,9 @@
 """The local launcher: one subprocess per rank on this machine, watched until the run ends.
 
-The launcher holds the rendezvous store (so there is no free-port race), starts every rank as
-`python -m hetbench.worker` in its own process group, and ends the run as soon as any rank fails:
-the others are killed, so no orphan is left, and summary.json says which rank failed and why.
+The launcher holds the rendezvous store (so there is no free-port race), starts every rank (the
+worker of hetbench.harness.worker, forked from a server that holds torch) in its own process
+group, and ends the run as soon as any rank fails: the others are killed, so no orphan is left,
+and summary.json says which rank failed and why.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from hetbench.algorithms.prague import group_generator_pb2 as hetbench_dot_algorithms_dot_prague_dot_group__generator__pb2
+from hetbench.algorithms.prague.generated import group_generator_pb2 as hetbench_dot_algorithms_dot_prague_dot_generated_dot_group__generator__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in hetbench/algorithms/prague/group_generator_pb2_grpc.py depends on'
+        + ' but the generated code in hetbench/algorithms/prague/generated/group_generator_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,13 +36,13 @@ class GroupGeneratorStub:
         """
         self.GetGroup = channel.unary_unary(
                 '/hetbench.prague.GroupGenerator/GetGroup',
-                request_serializer=hetbench_dot_algorithms_dot_prague_dot_group__generator__pb2.GroupRequest.SerializeToString,
-                response_deserializer=hetbench_dot_algorithms_dot_prague_dot_group__generator__pb2.GroupReply.FromString,
+                request_serializer=hetbench_dot_algorithms_dot_prague_dot_generated_dot_group__generator__pb2.GroupRequest.SerializeToString,
+                response_deserializer=hetbench_dot_algorithms_dot_prague_dot_generated_dot_group__generator__pb2.GroupReply.FromString,
                 _registered_method=True)
         self.Done = channel.unary_unary(
                 '/hetbench.prague.GroupGenerator/Done',
-                request_serializer=hetbench_dot_algorithms_dot_prague_dot_group__generator__pb2.DoneRequest.SerializeToString,
-                response_deserializer=hetbench_dot_algorithms_dot_prague_dot_group__generator__pb2.DoneReply.FromString,
+                request_serializer=hetbench_dot_algorithms_dot_prague_dot_generated_dot_group__generator__pb2.DoneRequest.SerializeToString,
+                response_deserializer=hetbench_dot_algorithms_dot_prague_dot_generated_dot_group__generator__pb2.DoneReply.FromString,
                 _registered_method=True)
 
 
@@ -68,13 +68,13 @@ def add_GroupGeneratorServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'GetGroup': grpc.unary_unary_rpc_method_handler(
                     servicer.GetGroup,
-                    request_deserializer=hetbench_dot_algorithms_dot_prague_dot_group__generator__pb2.GroupRequest.FromString,
-                    response_serializer=hetbench_dot_algorithms_dot_prague_dot_group__generator__pb2.GroupReply.SerializeToString,
+                    request_deserializer=hetbench_dot_algorithms_dot_prague_dot_generated_dot_group__generator__pb2.GroupRequest.FromString,
+                    response_serializer=hetbench_dot_algorithms_dot_prague_dot_generated_dot_group__generator__pb2.GroupReply.SerializeToString,
             ),
             'Done': grpc.unary_unary_rpc_method_handler(
                     servicer.Done,
-                    request_deserializer=hetbench_dot_algorithms_dot_prague_dot_group__generator__pb2.DoneRequest.FromString,
-                    response_serializer=hetbench_dot_algorithms_dot_prague_dot_group__generator__pb2.DoneReply.SerializeToString,
+                    request_deserializer=hetbench_dot_algorithms_dot_prague_dot_generated_dot_group__generator__pb2.DoneRequest.FromString,
+                    response_serializer=hetbench_dot_algorithms_dot_prague_dot_generated_dot_group__generator__pb2.DoneReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -102,8 +102,8 @@ class GroupGenerator:
             request,
             target,
             '/hetbench.prague.GroupGenerator/GetGroup',
-            hetbench_dot_algorithms_dot_prague_dot_group__generator__pb2.GroupRequest.SerializeToString,
-            hetbench_dot_algorithms_dot_prague_dot_group__generator__pb2.GroupReply.FromString,
+            hetbench_dot_algorithms_dot_prague_dot_generated_dot_group__generator__pb2.GroupRequest.SerializeToString,
+            hetbench_dot_algorithms_dot_prague_dot_generated_dot_group__generator__pb2.GroupReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -129,8 +129,8 @@ class GroupGenerator:
             request,
             target,
             '/hetbench.prague.GroupGenerator/Done',
-            hetbench_dot_algorithms_dot_prague_dot_group__generator__pb2.DoneRequest.SerializeToString,
-            hetbench_dot_algorithms_dot_prague_dot_group__generator__pb2.DoneReply.FromString,
+            hetbench_dot_algorithms_dot_prague_dot_generated_dot_group__generator__pb2.DoneRequest.SerializeToString,
+            hetbench_dot_algorithms_dot_prague_dot_generated_dot_group__generator__pb2.DoneReply.FromString,
             options,
             channel_credentials,
             insecure,

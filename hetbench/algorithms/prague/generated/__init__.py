@@ -1,0 +1,1 @@
+"""Generated gRPC code of the Group Generator service (regenerate: see group_generator.proto)."""

@@ -1,0 +1,98 @@
+"""The contract of a simulated protocol, and the P-Reduce meetings several share.
+
+Each algorithm's simulated protocol lives in the algorithm's own module, beside its real step,
+and the Algorithm names it (`Algorithm.simulated_protocol`). A protocol is told `ready(w)` when
+worker w's gradient is ready (at engine.t_sync[w]) and `finish(w, t)` when w's budget is spent;
+it calls engine.end_step when w's step is over and engine.done when w's finish() would return.
+Who waits for whom follows the real algorithm; groups and neighbours come from the same pure
+code the real step calls (topologies, prague.schedule, prague.generator, hop's rules).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hetbench.sim.engine import Engine
+
+
+class Protocol:
+    """Default: no synchronization (each step ends when the gradient is ready)."""
+
+    #: Server processes beside the workers, always competing for the CPU (CPU sharing).
+    servers = 0
+
+    def __init__(self, engine: Engine):
+        self.eng = engine
+        self.n = engine.n
+        self.net = engine.network
+        self.model_bytes = engine.layout.model_bytes
+        self.config = engine.config.algorithm_config()
+
+    def ready(self, w: int) -> None:
+        self.eng.end_step(w, self.eng.now, 0.0)
+
+    def finish(self, w: int, t: float) -> None:
+        self.eng.done(w)
+
+    def stats(self) -> dict:
+        """Protocol counters for the summary (e.g. P-Reduce communicator cache hits)."""
+        meetings = getattr(self, "meetings", None)
+        if meetings is None:
+            return {}
+        return {"preduce_cache_hits": meetings.hits, "preduce_cache_misses": meetings.misses}
+
+
+class Meetings:
+    """P-Reduce meetings: a group's collective starts when its last member arrives.
+
+    The collective costs the ring formula over the members. As Comm.member_group does, the
+    members keep LRU caches of `cache_size` member communicators; if one member lacks the
+    group's, they all build a new one first (network.group_setup_s; 0 unless set). The store
+    claim before each use (one concurrent compare_set per member) is not charged: on the
+    validation machine a P-Reduce was measured within 10% of an all-reduce of the same ranks
+    (docs/bench-prague.md), so the ring formula already covers it.
+    """
+
+    def __init__(self, protocol: Protocol):
+        self.p = protocol
+        self.open: dict = {}
+        self.cache_size = protocol.config.cache_size
+        self.caches = [OrderedDict() for _ in range(protocol.n)]
+        self.hits = self.misses = 0
+
+    def join(self, key, members: tuple[int, ...], w: int, t: float, payload) -> bool:
+        """w arrives at t for the group `key` of `members`; when all are in, the protocol's
+        met(x, t_end, wait_s, payload_x, peers, staleness_x) runs for each member x: peers the
+        other members, staleness_x the mean iteration gap to them (the real P-Reduce stamps
+        every member's iteration in band). True once the group met."""
+        arrivals = self.open.get(key)
+        if arrivals is None:
+            arrivals = self.open[key] = []
+        arrivals.append((w, t, payload))
+        if len(arrivals) < len(members):
+            return False
+        del self.open[key]
+        net = self.p.net
+        start = max(a[1] for a in arrivals)
+        end = start + net.p_reduce(self.p.model_bytes, len(members), self.p.eng.active)
+        if not all(members in self.caches[x] for x in members):
+            self.misses += 1
+            end += net.group_setup_s
+        else:
+            self.hits += 1
+        for x in members:
+            cache = self.caches[x]
+            cache[members] = True
+            cache.move_to_end(members)
+            if len(cache) > self.cache_size:
+                cache.popitem(last=False)
+        met = self.p.met
+        iteration = self.p.eng.iteration
+        others = len(members) - 1
+        for x, t_x, payload_x in arrivals:
+            mine = iteration[x]
+            gap = sum(abs(iteration[o] - mine) for o in members if o != x)
+            met(x, end, start - t_x, payload_x, others, gap / others if others else 0.0)
+        return True
