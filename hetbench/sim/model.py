@@ -402,9 +402,8 @@ def fit_group_setup(results_dir: Path) -> float | None:
     comm_s of misses less that of hits; the median over runs with at least 3 misses and 3
     hits. None without such runs.
     """
-    from collections import OrderedDict
-
     from hetbench.core.store import read_jsonl
+    from hetbench.sim.protocol import MemberCaches
 
     estimates = []
     for run_dir, raw, _ in finished_real_runs(results_dir):
@@ -423,15 +422,9 @@ def fit_group_setup(results_dir: Path) -> float | None:
                 seen = first_end.get(e["group_id"])
                 if seen is None or e["t_end"] < seen[0]:
                     first_end[e["group_id"]] = (e["t_end"], members)
-        caches = [OrderedDict() for _ in range(config.workers)]
-        missed = {}
-        for group_id, (_, members) in sorted(first_end.items(), key=lambda kv: kv[1][0]):
-            missed[group_id] = not all(members in caches[x] for x in members)
-            for x in members:
-                caches[x][members] = True
-                caches[x].move_to_end(members)
-                if len(caches[x]) > cache_size:
-                    caches[x].popitem(last=False)
+        caches = MemberCaches(config.workers, cache_size)
+        missed = {group_id: not caches.use(members) for group_id, (_, members)
+                  in sorted(first_end.items(), key=lambda kv: kv[1][0])}
         hits, misses = [], []
         for rank_events in events:
             for e in rank_events[config.warmup_iterations:]:

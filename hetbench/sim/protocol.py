@@ -44,12 +44,35 @@ class Protocol:
         return {"preduce_cache_hits": meetings.hits, "preduce_cache_misses": meetings.misses}
 
 
+class MemberCaches:
+    """Every worker's LRU cache of member sets, as the real P-Reduce keeps its member
+    communicators (MemberGroups, comm/preduce.py): a use is a hit when every member holds the
+    set; otherwise they all build it anew. Used by the simulated P-Reduce and by the fit of its
+    set-up cost from real runs (sim.model.fit_group_setup)."""
+
+    def __init__(self, workers: int, cache_size: int):
+        self.cache_size = cache_size
+        self._caches = [OrderedDict() for _ in range(workers)]
+
+    def use(self, members: tuple[int, ...]) -> bool:
+        """One use of the set `members` (sorted); True when it was a hit."""
+        caches = self._caches
+        hit = all(members in caches[x] for x in members)
+        for x in members:
+            cache = caches[x]
+            cache[members] = True
+            cache.move_to_end(members)
+            if len(cache) > self.cache_size:
+                cache.popitem(last=False)
+        return hit
+
+
 class Meetings:
     """P-Reduce meetings: a group's collective starts when its last member arrives.
 
-    The collective costs the ring formula over the members. As Comm.member_group does, the
-    members keep LRU caches of `cache_size` member communicators; if one member lacks the
-    group's, they all build a new one first (network.group_setup_s; 0 unless set). The store
+    The collective costs the ring formula over the members. The members keep LRU caches of
+    `cache_size` member communicators (MemberCaches); if one member lacks the group's, they
+    all build a new one first (network.group_setup_s; 0 unless set). The store
     claim before each use (one concurrent compare_set per member) is not charged: on the
     validation machine a P-Reduce was measured within 10% of an all-reduce of the same ranks
     (docs/bench-prague.md), so the ring formula already covers it.
@@ -58,8 +81,7 @@ class Meetings:
     def __init__(self, protocol: Protocol):
         self.p = protocol
         self.open: dict = {}
-        self.cache_size = protocol.config.cache_size
-        self.caches = [OrderedDict() for _ in range(protocol.n)]
+        self.caches = MemberCaches(protocol.n, protocol.config.cache_size)
         self.hits = self.misses = 0
 
     def join(self, key, members: tuple[int, ...], w: int, t: float, payload) -> bool:
@@ -77,17 +99,11 @@ class Meetings:
         net = self.p.net
         start = max(a[1] for a in arrivals)
         end = start + net.p_reduce(self.p.model_bytes, len(members), self.p.eng.active)
-        if not all(members in self.caches[x] for x in members):
+        if self.caches.use(members):
+            self.hits += 1
+        else:
             self.misses += 1
             end += net.group_setup_s
-        else:
-            self.hits += 1
-        for x in members:
-            cache = self.caches[x]
-            cache[members] = True
-            cache.move_to_end(members)
-            if len(cache) > self.cache_size:
-                cache.popitem(last=False)
         met = self.p.met
         iteration = self.p.eng.iteration
         others = len(members) - 1

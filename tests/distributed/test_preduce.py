@@ -46,7 +46,7 @@ def _rounds(comm, rounds, concurrent):
                 if comm.rank in members:
                     comm.p_reduce_(t, members)
                 comm.barrier()
-    return t.tolist(), comm.preduce_cache_hits, comm.preduce_cache_misses
+    return t.tolist(), comm.member_groups.hits, comm.member_groups.misses
 
 
 def _as_tensors(results):
@@ -82,7 +82,7 @@ def _evicting(comm, cache_size):
     Rank 1 starts its second use of {0,1} only after rank 0 has evicted it (a store flag), so
     the eviction wins the race for that use's key: both must rebuild rather than hang.
     """
-    comm.preduce_cache_size = cache_size if comm.rank == 0 else 16
+    comm.configure_p_reduce(cache_size=cache_size if comm.rank == 0 else 16)
     t = _values(comm.rank)
     cached = []
     for i, members in enumerate(([0, 1], [0, 2], [0, 1], [0, 1])):
@@ -90,11 +90,11 @@ def _evicting(comm, cache_size):
             comm.store.wait(["test/evicted"])
         if comm.rank in members:
             comm.p_reduce_(t, members)
-            cached.append(len(comm._preduce_comms))
+            cached.append(len(comm.member_groups._comms))
         if comm.rank == 0 and i == 1:
             comm.store.set("test/evicted", "1")
     comm.close_member_groups()
-    return t.tolist(), comm.preduce_cache_hits, comm.preduce_cache_misses, cached
+    return t.tolist(), comm.member_groups.hits, comm.member_groups.misses, cached
 
 
 def test_one_member_evicting_makes_all_members_rebuild_instead_of_hanging():
@@ -116,13 +116,13 @@ def test_one_member_evicting_makes_all_members_rebuild_instead_of_hanging():
 def _claimed_first(comm):
     """Rank 1 claims the next use of {0,1} (and waits in it) before rank 0, whose cache holds
     one communicator, makes {0,2}: rank 0 must keep {0,1} for that use, not drop it."""
-    comm.preduce_cache_size = 1 if comm.rank == 0 else 16
+    comm.configure_p_reduce(cache_size=1 if comm.rank == 0 else 16)
     t = _values(comm.rank)
     sizes = []
     if comm.rank in (0, 1):
         comm.p_reduce_(t, [0, 1])
     if comm.rank == 1:
-        group = comm.member_group([0, 1])  # claims use 1 on the cached communicator
+        group = comm.member_groups.get([0, 1])  # claims use 1 on the cached communicator
         comm.store.set("test/claimed", "1")
         group.allreduce([t]).wait()  # rank 0 joins it after making {0,2}
         t.div_(2)
@@ -131,13 +131,13 @@ def _claimed_first(comm):
     if comm.rank == 0:
         comm.store.wait(["test/claimed"])
         comm.p_reduce_(t, [0, 2])
-        sizes.append(len(comm._preduce_comms))  # {0,1} kept: over the bound, not dropped
+        sizes.append(len(comm.member_groups._comms))  # {0,1} kept: over the bound, not dropped
         comm.p_reduce_(t, [0, 1])
-        sizes.append(len(comm._preduce_comms))
+        sizes.append(len(comm.member_groups._comms))
     if comm.rank == 2:
         comm.p_reduce_(t, [0, 2])
     comm.close_member_groups()
-    return t.tolist(), comm.preduce_cache_hits, comm.preduce_cache_misses, sizes
+    return t.tolist(), comm.member_groups.hits, comm.member_groups.misses, sizes
 
 
 def test_an_eviction_that_loses_to_a_claimed_use_keeps_the_communicator():

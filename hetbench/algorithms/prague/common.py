@@ -29,7 +29,7 @@ class PragueBase(Algorithm):
     synchronous = False
 
     def setup(self, ctx, model, optimizer):
-        ctx.comm.preduce_cache_size = self.config.cache_size
+        ctx.comm.configure_p_reduce(cache_size=self.config.cache_size)
         self._params = params_of(model)
         numel = sum(p.numel() for p in self._params)
         dtype = self._params[0].dtype
