@@ -17,7 +17,6 @@ Every worker waits for the slowest one: the baseline that stragglers hurt most.
 from __future__ import annotations
 
 import functools
-import json
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -94,8 +93,8 @@ class AllReduce(Algorithm):
 
     @classmethod
     @contextmanager
-    def services(cls, config, workers, run_dir: Path):
-        if config.impl != "horovod":
+    def services(cls, run, run_dir: Path):
+        if run.algorithm_config().impl != "horovod":
             yield {}
             return
         # Horovod's gloo controller meets its peers through horovod's own HTTP rendezvous
@@ -103,9 +102,7 @@ class AllReduce(Algorithm):
         from horovod.runner.common.util.hosts import HostInfo, get_host_assignments
         from horovod.runner.http.http_server import RendezvousServer
 
-        config_file = run_dir / "config.json"
-        host = json.loads(config_file.read_text()).get("bind_host", "127.0.0.1") \
-            if config_file.exists() else "127.0.0.1"
+        host, workers = run.bind_host, run.workers
         server = RendezvousServer()
         port = server.start()
         try:

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from hetbench.core.config import RunConfig
 from hetbench.core.context import WorkerContext
 
 
@@ -67,12 +68,14 @@ class Algorithm(ABC):
 
     @classmethod
     @contextmanager
-    def services(cls, config: Any, workers: int, run_dir: Path) -> Iterator[dict[str, Any]]:
+    def services(cls, run: RunConfig, run_dir: Path) -> Iterator[dict[str, Any]]:
         """Processes the run needs beside its ranks (Prague's Group Generator, say).
 
-        The launcher enters this before starting any rank and leaves it after the last one
-        ended, so a service never outlives its run. It yields what workers need to reach the
-        services (e.g. {"gg_address": "127.0.0.1:50051"}); workers find it in ctx.services.
+        `run` is the whole run's config (this algorithm's options: run.algorithm_config(); the
+        seed, workers, bind_host), so a service need not read anything back from disk. The
+        launcher enters this before starting any rank and leaves it after the last one ended,
+        so a service never outlives its run. It yields what workers need to reach the services
+        (e.g. {"gg_address": "127.0.0.1:50051"}); workers find it in ctx.services.
         """
         yield {}
 

@@ -134,17 +134,38 @@ def write_summary(config: RunConfig, run_dir: Path, status: str, cause: str | No
                   started: float, ended: float | None = None) -> dict[str, Any]:
     """summary.json of a run (any launcher): its outcome beside what summarize() measures."""
     summary = {
-        "schema_version": SCHEMA_VERSION, "run_id": config.run_id, "status": status,
-        "cause": cause, "wall_s": (ended or time.time()) - started,
-        "started_at": datetime.datetime.fromtimestamp(started).isoformat(),
-        "algorithm": config.algorithm, "workload": config.workload,
-        "workers": config.workers, "world_size": config.world_size,
-        "slowdown": config.slowdown, "seed": config.seed, "pace_ms": config.pace_ms,
-        "compute": config.compute, "synthetic": config.synthetic, "launcher": config.launcher,
+        **summary_head(config, status, cause, started),
+        "wall_s": (ended or time.time()) - started, "launcher": config.launcher,
         **summarize(config, run_dir),
     }
     write_json_atomic(run_dir / "summary.json", summary)
     return summary
+
+
+def summary_head(config: RunConfig, status: str, cause: str | None,
+                 started: float) -> dict[str, Any]:
+    """What every summary.json starts with, real or simulated: the outcome and the config
+    fields reports group by."""
+    return {
+        "schema_version": SCHEMA_VERSION, "run_id": config.run_id, "status": status,
+        "cause": cause, "started_at": datetime.datetime.fromtimestamp(started).isoformat(),
+        "algorithm": config.algorithm, "workload": config.workload,
+        "workers": config.workers, "world_size": config.world_size,
+        "slowdown": config.slowdown, "seed": config.seed, "pace_ms": config.pace_ms,
+        "compute": config.compute, "synthetic": config.synthetic,
+    }
+
+
+def write_done(run_dir: Path, rank: int, record: dict[str, Any]) -> None:
+    """done.rank<r>.json: the rank ended cleanly (`bench summarize` and the launchers tell a
+    finished rank from one that died without a word), with what its finish() did."""
+    write_json_atomic(run_dir / f"done.rank{rank}.json",
+                      {"rank": rank, "time_ns": time.time_ns(), **record})
+
+
+def write_error(run_dir: Path, rank: int, record: dict[str, Any]) -> None:
+    """error.rank<r>.json: why the rank failed (launch.failures reads it)."""
+    write_json_atomic(run_dir / f"error.rank{rank}.json", {"rank": rank, **record})
 
 
 def last_iteration(run_dir: Path, rank: int) -> int | None:

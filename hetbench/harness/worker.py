@@ -31,6 +31,7 @@ from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.config import SCHEMA_VERSION, RunConfig
 from hetbench.core.context import WorkerContext
 from hetbench.core.faults import parse_fault
+from hetbench.core.record import write_done, write_error
 from hetbench.core.signals import LAUNCHER_PID_ENV, exit_with
 from hetbench.core.store import EventLog, environment, read_json, write_json_atomic
 from hetbench.core.target import parse_target
@@ -471,15 +472,11 @@ def main(argv: list[str] | None = None) -> None:
         with contextlib.ExitStack() as stack:
             services = _services(config, args.run_dir, rdzv, stack)
             run_worker(args.run_dir, config, rdzv, services)
-        # For runs no `bench run` watched (multi-node): `bench summarize` tells a finished rank
-        # from one that died without a word.
-        write_json_atomic(args.run_dir / f"done.rank{rank}.json",
-                          {"rank": rank, "time_ns": time.time_ns(),
-                           "train_cpu_s": _progress.get("train_cpu_s"),
-                           **_progress.get("finish", {})})
+        write_done(args.run_dir, rank, {"train_cpu_s": _progress.get("train_cpu_s"),
+                                        **_progress.get("finish", {})})
     except BaseException as exc:
-        write_json_atomic(args.run_dir / f"error.rank{rank}.json", {
-            "rank": rank, "exception": type(exc).__name__, "message": str(exc).strip()[:2000],
+        write_error(args.run_dir, rank, {
+            "exception": type(exc).__name__, "message": str(exc).strip()[:2000],
             "phase": _progress["phase"], "iteration": _progress["iteration"],
             "traceback": traceback.format_exc(),
             "time_ns": _progress.get("failed_at_ns") or time.time_ns(),
@@ -535,8 +532,7 @@ def _services(config: RunConfig, run_dir: Path, rdzv: Rendezvous,
         if not (run_dir / "env.json").exists():
             write_json_atomic(run_dir / "env.json", environment())
         _progress["phase"] = "starting services"
-        services = stack.enter_context(config.algorithm_class().services(
-            config.algorithm_config(), config.workers, run_dir))
+        services = stack.enter_context(config.algorithm_class().services(config, run_dir))
         rdzv.store.set(SERVICES_KEY, json.dumps(services))
         return services
     return json.loads(rdzv.store.get(SERVICES_KEY))

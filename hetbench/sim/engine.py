@@ -11,7 +11,6 @@ waiting is whatever the protocol's rules make it.
 
 from __future__ import annotations
 
-import datetime
 import heapq
 import itertools
 import json
@@ -25,7 +24,7 @@ from typing import Any
 
 from hetbench.core.config import SCHEMA_VERSION, RunConfig
 from hetbench.core.metrics import SyncTally, throughput
-from hetbench.core.record import encode_fields
+from hetbench.core.record import encode_fields, summary_head
 from hetbench.core.signals import interrupted_cause
 from hetbench.core.store import environment, read_json, write_json_atomic
 from hetbench.errors import UserError
@@ -305,11 +304,7 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path) -> SimResult:
 def _summary(config: RunConfig, models: SimModels, engine: Engine, status: str,
              cause: str | None, started: float) -> dict[str, Any]:
     summary = {
-        "schema_version": SCHEMA_VERSION, "run_id": config.run_id, "status": status,
-        "cause": cause, "started_at": datetime.datetime.fromtimestamp(started).isoformat(),
-        "algorithm": config.algorithm, "workload": config.workload, "workers": config.workers,
-        "world_size": config.world_size, "slowdown": config.slowdown, "seed": config.seed,
-        "pace_ms": config.pace_ms, "compute": config.compute, "synthetic": config.synthetic,
+        **summary_head(config, status, cause, started),
         **engine.sink.summary(config),
         "simulated": True, "sim": {**models.to_dict(config), **engine.protocol.stats()},
     }

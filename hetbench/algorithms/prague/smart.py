@@ -24,7 +24,7 @@ from typing import Literal
 from hetbench.algorithms.prague.common import PragueBase, PragueOptions
 from hetbench.algorithms.prague.generator import GroupGenerator
 from hetbench.core.options import opt
-from hetbench.core.store import SERVICE_CPU_FILE, read_json
+from hetbench.core.store import SERVICE_CPU_FILE
 from hetbench.errors import UserError
 from hetbench.sim.protocol import Meetings, Protocol
 
@@ -72,15 +72,12 @@ class _GeneratedGroups(PragueBase):
 
     @classmethod
     @contextlib.contextmanager
-    def services(cls, config, workers, run_dir: Path):
+    def services(cls, run, run_dir: Path):
         from hetbench.algorithms.prague.service import gg_server
 
-        config_file = run_dir / "config.json"
-        run_config = read_json(config_file) if config_file.exists() else {}
-        spec = {**cls.generator_spec(config, workers), "workers": workers,
-                "seed": run_config.get("seed", 0)}
-        host = run_config.get("bind_host", "127.0.0.1")
-        with gg_server(spec, log_path=run_dir / "gg.log", host=host,
+        spec = {**cls.generator_spec(run.algorithm_config(), run.workers),
+                "workers": run.workers, "seed": run.seed}
+        with gg_server(spec, log_path=run_dir / "gg.log", host=run.bind_host,
                        cpu_path=run_dir / SERVICE_CPU_FILE.format(name="gg")) as services:
             yield services
 

@@ -27,8 +27,7 @@ def record_run(config: RunConfig, run_dir: Path, train: Callable[[dict[str, Any]
     write_json_atomic(run_dir / "env.json", environment())
     started = time.time()
     try:
-        with config.algorithm_class().services(config.algorithm_config(), config.workers,
-                                               run_dir) as services:
+        with config.algorithm_class().services(config, run_dir) as services:
             write_json_atomic(run_dir / "services.json", services)
             try:
                 cause = train(services)
