@@ -91,7 +91,7 @@ def test_chaos(tmp_path):
 
 
 #: Launcher deaths: runs of `bench run` stopped by a random signal at a random moment.
-LAUNCHER_RUNS = int(os.environ.get("HETBENCH_CHAOS_LAUNCHER_RUNS", "8"))
+LAUNCHER_RUNS = int(os.environ.get("HETBENCH_CHAOS_LAUNCHER_RUNS", "6"))
 SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL]
 
 
