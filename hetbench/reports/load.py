@@ -8,20 +8,12 @@ from typing import Any
 import pandas as pd
 
 from hetbench.core.config import SCHEMA_VERSION
+from hetbench.core.record import run_dirs
 from hetbench.core.store import read_json, read_jsonl
 
 CONFIG_COLUMNS = ("algorithm", "workload", "workers", "slowdown", "seed", "iterations",
                   "seconds", "pace_ms", "warmup_iterations", "eval_interval_s", "matrix",
                   "algorithm_options", "workload_options")
-
-
-def run_dirs(path: Path) -> list[Path]:
-    """Run directories (holding config.json) under `path`, skipping set-aside attempts."""
-    path = Path(path)
-    if (path / "config.json").exists():
-        return [path]
-    return sorted(p.parent for p in path.rglob("config.json")
-                  if not any(part.startswith(".") for part in p.relative_to(path).parts))
 
 
 def upgrade(record: dict[str, Any]) -> dict[str, Any]:

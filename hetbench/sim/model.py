@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hetbench.core.config import RunConfig
+from hetbench.core.record import finished_real_runs
 from hetbench.errors import UserError
 
 #: Bytes per model element (float32, as every built-in workload trains in).
@@ -220,22 +221,6 @@ class SimModels:
             "compute_model": self.compute.describe(config),
             "model_bytes": layout(config).model_bytes,
         }
-
-
-def finished_real_runs(results_dir: Path):
-    """(run_dir, config dict, summary dict) of every real run in results_dir that finished ok
-    (unreadable, failed and simulated runs skipped): what the fits learn from."""
-    from hetbench.core.record import run_dirs
-    from hetbench.core.store import read_json
-
-    for run_dir in run_dirs(Path(results_dir)):
-        try:
-            config = read_json(run_dir / "config.json")
-            summary = read_json(run_dir / "summary.json")
-        except (OSError, ValueError):
-            continue
-        if summary.get("status") == "ok" and not summary.get("simulated"):
-            yield run_dir, config, summary
 
 
 def fit_compute(results_dir: Path) -> ComputeModel:

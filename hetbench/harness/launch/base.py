@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hetbench.core.config import RunConfig
-from hetbench.core.record import write_summary
+from hetbench.core.record import events_logged, size, write_summary
 from hetbench.core.signals import interrupted_cause
 from hetbench.core.store import environment, write_json_atomic
 
@@ -43,3 +43,34 @@ def record_run(config: RunConfig, run_dir: Path, train: Callable[[dict[str, Any]
         cleanup()
         summary = write_summary(config, run_dir, status, cause, started)
     return summary
+
+
+class Progress:
+    """What a launcher watches while its ranks train: the bytes they have logged (event logs
+    and worker logs). It says how long nothing was written (a stall, once past the limit) and
+    reports the event lines so far to `on_progress` (at most twice a second)."""
+
+    def __init__(self, config: RunConfig, run_dir: Path,
+                 on_progress: Callable[[int, int], None] | None):
+        self.config, self.run_dir, self.on_progress = config, run_dir, on_progress
+        self.expected = (config.iterations or 0) * config.workers
+        self.logged, self.changed, self.reported = -1, time.time(), 0.0
+
+    @property
+    def started(self) -> bool:
+        """Has any rank written anything yet?"""
+        return self.logged > 0
+
+    def idle_s(self) -> float:
+        """Seconds since the ranks last wrote anything (or since watching began)."""
+        return time.time() - self.changed
+
+    def poll(self) -> None:
+        config, run_dir = self.config, self.run_dir
+        logged = sum(size(run_dir / f"events.rank{r}.jsonl") for r in range(config.workers))
+        logged += sum(size(run_dir / f"worker.rank{r}.log") for r in range(config.world_size))
+        if logged != self.logged:
+            self.logged, self.changed = logged, time.time()
+            if self.on_progress and time.time() - self.reported > 0.5:
+                self.reported = time.time()
+                self.on_progress(events_logged(run_dir, config.workers), self.expected)

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from hetbench.core.config import RunConfig
-from hetbench.core.record import events_logged, last_iteration, size, write_summary
+from hetbench.core.record import last_iteration, write_summary
 from hetbench.core.signals import LAUNCHER_PID_ENV
 from hetbench.core.store import read_json, write_json_atomic
 from hetbench.errors import UserError
-from hetbench.harness.launch.base import POLL_S, record_run
+from hetbench.harness.launch.base import POLL_S, Progress, record_run
 from hetbench.harness.launch.failures import failure_cause
 
 #: How long torchrun / mpirun get to stop their ranks on SIGTERM before everything is killed.
@@ -86,26 +86,19 @@ class ExternalLauncher:
     def _watch(self, config: RunConfig, run_dir: Path,
                proc: subprocess.Popen) -> tuple[int | None, str | None]:
         """Wait for the job: (its exit code, None), or (None, cause) when it stalled."""
-        expected = (config.iterations or 0) * config.workers
         # The same backstop as the local launcher's: no rank logged anything for this long.
         stall_limit_s = config.comm_timeout_s + 15
-        last_size, last_change, last_report = -1, time.time(), 0.0
+        progress = Progress(config, run_dir, self.on_progress)
         while proc.poll() is None:
             # Until a rank has written anything, each is still importing torch from scratch
             # (no forkserver here): seconds per rank, minutes on a crowded machine.
-            limit_s = stall_limit_s + (STARTUP_S if last_size <= 0 else 0)
-            if time.time() - last_change > limit_s:
+            limit_s = stall_limit_s + (0 if progress.started else STARTUP_S)
+            if progress.idle_s() > limit_s:
                 last = {r: last_iteration(run_dir, r) for r in range(config.workers)}
                 behind = min(last, key=lambda r: -1 if last[r] is None else last[r])
                 return None, (f"no rank made progress for {limit_s:.0f} s; rank {behind} "
                               f"is furthest behind (last iteration {last[behind]})")
-            logged = sum(size(run_dir / f"events.rank{r}.jsonl") for r in range(config.workers))
-            logged += sum(size(run_dir / f"worker.rank{r}.log") for r in range(config.world_size))
-            if logged != last_size:
-                last_size, last_change = logged, time.time()
-                if self.on_progress and time.time() - last_report > 0.5:
-                    last_report = time.time()
-                    self.on_progress(events_logged(run_dir, config.workers), expected)
+            progress.poll()
             time.sleep(POLL_S)
         return proc.returncode, None
 

@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from hetbench.core.config import RunConfig
-from hetbench.core.record import events_logged, size
 from hetbench.core.signals import exit_with
-from hetbench.harness.launch.base import POLL_S, record_run
+from hetbench.harness.launch.base import POLL_S, Progress, record_run
 from hetbench.harness.launch.failures import failure_cause, hang_cause
 
 #: After the first rank fails, how long to wait for peers' own error reports before killing them.
@@ -70,28 +69,21 @@ class LocalLauncher:
     def _watch(self, config: RunConfig, run_dir: Path,
                procs: list[multiprocessing.Process]) -> str | None:
         """Wait for all ranks; the failure cause as one line, or None if every rank succeeded."""
-        expected = (config.iterations or 0) * config.workers
         # A backstop for hangs the comm timeout cannot see (a rank stuck outside any
         # collective): the run fails when no rank has logged anything for this long.
         stall_limit_s = config.comm_timeout_s + 15
-        last_size, last_change, last_report = -1, time.time(), 0.0
+        progress = Progress(config, run_dir, self.on_progress)
         while True:
             codes = [p.exitcode for p in procs]
             failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
             if failed:
                 time.sleep(GRACE_S)  # let peers write their own reports before the kill
                 return failure_cause(run_dir, {r: p.exitcode for r, p in enumerate(procs)})
-            if time.time() - last_change > stall_limit_s:
+            if progress.idle_s() > stall_limit_s:
                 return hang_cause(run_dir, procs, config.workers, stall_limit_s)
             if all(c == 0 for c in codes):
                 return None
-            logged = sum(size(run_dir / f"events.rank{r}.jsonl") for r in range(config.workers))
-            logged += sum(size(run_dir / f"worker.rank{r}.log") for r in range(len(procs)))
-            if logged != last_size:
-                last_size, last_change = logged, time.time()
-                if self.on_progress and time.time() - last_report > 0.5:
-                    last_report = time.time()
-                    self.on_progress(events_logged(run_dir, config.workers), expected)
+            progress.poll()
             time.sleep(POLL_S)
 
 
