@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetbench.algorithms.prague.common import PragueOptions
-from hetbench.algorithms.prague.smart import _GeneratedGroups
+from hetbench.algorithms.prague.smart import GeneratedGroups
 from hetbench.core.options import opt
 
 
@@ -22,7 +22,7 @@ class PragueRandomOptions(PragueOptions):
             raise ValueError(f"group_size must be >= 2, got {self.group_size}")
 
 
-class PragueRandom(_GeneratedGroups):
+class PragueRandom(GeneratedGroups):
     name = "prague-random"
     description = "Prague ablation: random groups per request, no conflict avoidance or threshold"
     Config = PragueRandomOptions

@@ -53,7 +53,7 @@ class PragueSmartOptions(PragueOptions):
             raise ValueError(f"buffer_limit must be >= 0, got {self.buffer_limit}")
 
 
-class _GeneratedGroups(PragueBase):
+class GeneratedGroups(PragueBase):
     """Groups asked of a Group Generator server that the run's services() started."""
 
     @classmethod
@@ -104,7 +104,7 @@ class _GeneratedGroups(PragueBase):
         return record
 
 
-class PragueSmart(_GeneratedGroups):
+class PragueSmart(GeneratedGroups):
     name = "prague-smart"
     description = ("Prague, smart GG (gRPC): random conflict-free groups, Group Division/Buffer, "
                    "stragglers left out by the threshold rule")
