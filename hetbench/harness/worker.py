@@ -84,7 +84,7 @@ class Snapshots:
         if tick % self.stride or tick in self.by_tick:
             return 0.0
         start = time.perf_counter()
-        self.by_tick[tick] = (iteration, flat_params(model).clone())
+        self.by_tick[tick] = (iteration, flat_params(model))  # a new tensor (torch.cat)
         if len(self.by_tick) > MAX_SNAPSHOTS:
             self.stride *= 2
             self.by_tick = {t: s for t, s in self.by_tick.items() if t % self.stride == 0}
@@ -107,10 +107,12 @@ class History:
         self.times: list[float] = []
         self.states: list[tuple[int, torch.Tensor]] = []
 
-    def add(self, elapsed_s: float, iteration: int, model) -> None:
+    def add(self, elapsed_s: float, iteration: int, model) -> float:
+        """Keep the model after this step; returns the seconds that took (0 when skipped)."""
         if iteration % self.stride:
-            return
-        flat = flat_params(model).clone()
+            return 0.0
+        start = time.perf_counter()
+        flat = flat_params(model)  # a new tensor (torch.cat): no clone needed
         self.times.append(elapsed_s)
         self.states.append((iteration, flat))
         while len(self.states) > 1 and (
@@ -119,6 +121,7 @@ class History:
             kept = [i for i, (it, _) in enumerate(self.states) if it % self.stride == 0]
             self.times = [self.times[i] for i in kept]
             self.states = [self.states[i] for i in kept]
+        return time.perf_counter() - start
 
     def times_between(self, lo_s: float, hi_s: float) -> list[float]:
         return self.times[bisect.bisect_right(self.times, lo_s):
@@ -239,6 +242,7 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
     # The process's CPU time (all threads: a receiver thread's too) since the previous event:
     # what one iteration costs the cores, whether or not it waited.
     cpu_mark_s = time.process_time()
+    kept_s = 0.0  # seconds History.add took after the previous step
     try:
         while True:
             elapsed_s = (time.time_ns() - t0_ns) / 1e9
@@ -250,7 +254,11 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
             if stop:
                 break
             _progress["phase"], _progress["iteration"] = "training", iteration
-            snapshot_s = snapshots.maybe_take(elapsed_s, iteration, model) if snapshots else 0.0
+            # Keeping models for evaluation is outside every step but inside the run's wall
+            # time: its seconds are on record (snapshot_s) beside the step they follow.
+            snapshot_s = kept_s + (
+                snapshots.maybe_take(elapsed_s, iteration, model) if snapshots else 0.0)
+            kept_s = 0.0
 
             t_start = time.time_ns()
             if batches is None:
@@ -287,8 +295,8 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
                 **sync_fields(info), **info.fields,
             })
             iteration = info.next_iteration if info.next_iteration is not None else iteration + 1
-            if history is not None:  # after the event: its time is outside every step's
-                history.add((t_end - t0_ns) / 1e9, iteration, model)
+            if history is not None:  # after the event; its time goes in the next one's
+                kept_s = history.add((t_end - t0_ns) / 1e9, iteration, model)
     finally:
         ctx.stopping = True
         log.close()
