@@ -71,10 +71,11 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
             click.echo(f"{config.run_id}  {config.label()}")
         return
     models = _models(compute_ms=compute_ms, fit_from=fit_from, **model_flags)
-    from hetbench.sim.engine import Engine
+    from hetbench.sim.engine import simulated_protocol
 
     for config in configs:  # what cannot be simulated fails before anything runs
-        Engine(config, models)
+        models.compute.seconds(config)
+        simulated_protocol(config)
     check_writable(out_dir)
     _simulate_all(configs, models, out_dir)
 

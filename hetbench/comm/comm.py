@@ -157,7 +157,7 @@ class Comm:
 
         torch's new_group is collective over the whole world: every rank must ask for the same
         member sets in the same order (as at setup). Groups formed on the fly by their members
-        alone are `member_group`'s job.
+        alone are p_reduce_'s (comm/preduce.py).
         """
         if members is None:
             return None

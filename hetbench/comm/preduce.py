@@ -52,7 +52,6 @@ class MemberGroups:
         self._reaper: tuple[queue.SimpleQueue, threading.Thread] | None = None
         self._gloo_device = None
 
-
     def get(self, members: Sequence[int]):
         """The communicator of `members` for their next collective, agreed by all of them.
 
@@ -79,7 +78,7 @@ class MemberGroups:
             self.misses += 1
             self._drop(comms.pop(key, None))
             group = self._new(dist.PrefixStore(f"{base}/g{use}/", self.store),
-                                           key.index(self.rank), len(key))
+                              key.index(self.rank), len(key))
             comms[key] = group
             self._evict(keep=key)
         if key[0] == self.rank and use > 0:

@@ -25,6 +25,7 @@ from typing import Any
 from hetbench.core.config import SCHEMA_VERSION, RunConfig
 from hetbench.core.metrics import SyncTally, throughput
 from hetbench.core.record import encode_fields, summary_head
+from hetbench.core.registry import ALGORITHMS
 from hetbench.core.signals import interrupted_cause
 from hetbench.core.store import environment, read_json, write_json_atomic
 from hetbench.errors import UserError
@@ -158,10 +159,14 @@ class Engine:
 
 
 def protocol_for(engine: Engine) -> Protocol:
-    """The simulated protocol the engine's algorithm names (Algorithm.simulated_protocol)."""
-    from hetbench.core.registry import ALGORITHMS
+    """The simulated protocol the engine's algorithm names, playing this engine."""
+    return simulated_protocol(engine.config)(engine)
 
-    protocol = engine.config.algorithm_class().simulated_protocol()
+
+def simulated_protocol(config: RunConfig) -> type[Protocol]:
+    """The Protocol class config's algorithm names (Algorithm.simulated_protocol); UserError,
+    one line naming what bench sim plays, when it names none."""
+    protocol = config.algorithm_class().simulated_protocol()
     if protocol is None:
         playable = []
         for name in ALGORITHMS.names():
@@ -170,10 +175,10 @@ def protocol_for(engine: Engine) -> Protocol:
                     playable.append(name)
             except UserError:
                 continue  # unavailable here (a missing optional dependency)
-        raise UserError(f"algorithm {engine.config.algorithm!r} has no simulated protocol "
+        raise UserError(f"algorithm {config.algorithm!r} has no simulated protocol "
                         "(its Algorithm.simulated_protocol() returns None); bench sim plays: "
                         f"{', '.join(playable)}")
-    return protocol(engine)
+    return protocol
 
 
 class EventSink:
@@ -290,7 +295,9 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path) -> SimResult:
             status, cause = "failed", f"simulator: {exc}"
         sink.close()
         summary = _summary(config, models, engine, status, cause, started)
-    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: on record, then stop bench
+    # Ctrl-C, SIGTERM, SIGHUP: on record, then stop bench. The outer try: a signal can also
+    # land while the events are written and summed (seconds at 1024 workers).
+    except KeyboardInterrupt as exc:
         stopped = exc
         sink.close()  # what was simulated so far, as a real run's events
         summary = _summary(config, models, engine, "interrupted", interrupted_cause(exc),
