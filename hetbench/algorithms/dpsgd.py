@@ -3,7 +3,10 @@
 Each iteration k, worker i sends its model x_i^k to its neighbours, waits for all their models of
 the same iteration, and sets x_i^{k+1} = sum_j W_ij x_j^k - lr * g_i, where g_i was computed on
 x_i^k (the harness already put it in p.grad). The optimizer applies the gradient, so momentum and
-weight decay mean what they mean for plain SGD. The "standard decentralized training" that Hop is
+weight decay mean what they mean for plain SGD. On the time-varying one-peer exponential graph
+(topology = "one-peer-exponential", Ying et al. NeurIPS 2021) worker i sends to i + 2^(k mod t)
+and mixes in the model of i - 2^(k mod t), each with weight 1/2: one model in, one out per
+iteration instead of deg(i) of each. The "standard decentralized training" that Hop is
 measured against: every worker waits, through its neighbours, for the slowest one.
 """
 
@@ -29,20 +32,57 @@ MODEL_TAG = 31
 
 @dataclass(frozen=True, kw_only=True)
 class GossipOptions:
-    topology: Literal["ring", "double-ring", "torus", "exponential", "complete"] = opt(
-        "ring", "graph: ring, double-ring, torus, exponential, complete")
+    topology: Literal["ring", "double-ring", "torus", "exponential", "complete",
+                      "one-peer-exponential"] = opt(
+        "ring", "graph: ring, double-ring, torus, exponential, complete (static, undirected), "
+                "or one-peer-exponential (time-varying, directed: dpsgd only)")
     weights: Literal["uniform", "metropolis"] = opt(
         "uniform",
-        "mixing weights W_ij: uniform over the closed neighbourhood, or metropolis (-Hastings)",
+        "mixing weights W_ij: uniform over the closed neighbourhood, or metropolis (-Hastings); "
+        "1/2 each on one-peer-exponential",
     )
 
 
-def gossip_graph(config: GossipOptions, workers: int) -> topologies.Graph:
-    """The configured graph, or a UserError naming what is wrong."""
+def gossip_graph(config: GossipOptions, workers: int, algorithm: str = "hop"
+                 ) -> topologies.Graph:
+    """The configured static graph, or a UserError naming what is wrong."""
+    if config.topology in topologies.TIME_VARYING:
+        raise UserError(f"{algorithm}: topology {config.topology} is time-varying; {algorithm} "
+                        "keeps a queue and a staleness bound per edge of a static graph: use "
+                        "ring, double-ring, torus, exponential or complete")
     try:
         return topologies.build(config.topology, workers)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+
+
+class Exchange:
+    """Whom one gossip iteration sends to, receives from, and with which mixing weights: a
+    static graph's neighbours, or the time-varying exponential graph's `peers` shifts of the
+    iteration (D-PSGD's one-peer-exponential topology, SGP)."""
+
+    def __init__(self, config: GossipOptions | None, workers: int, peers: int = 1,
+                 algorithm: str = "dpsgd"):
+        self.n = workers
+        self.peers = peers
+        self.time_varying = config is None or config.topology in topologies.TIME_VARYING
+        if self.time_varying:
+            topologies.exponential_offsets(workers, 0, peers)  # checks size and peers
+            return
+        graph = gossip_graph(config, workers, algorithm)
+        self.graph = graph
+        self.weights = topologies.mixing_weights(graph, config.weights)
+
+    def at(self, rank: int, k: int) -> tuple[tuple[int, ...], tuple[int, ...], dict[int, float]]:
+        """(send to, receive from, W_rank,j of rank's closed in-neighbourhood) at iteration k."""
+        if not self.time_varying:
+            peers = self.graph[rank]
+            return peers, peers, self.weights[rank]
+        offsets = topologies.exponential_offsets(self.n, k, self.peers)
+        send_to = tuple((rank + d) % self.n for d in offsets)
+        receive_from = tuple((rank - d) % self.n for d in offsets)
+        w = 1.0 / (len(offsets) + 1)
+        return send_to, receive_from, {rank: w, **dict.fromkeys(receive_from, w)}
 
 
 @torch.no_grad()
@@ -70,67 +110,87 @@ class DPSGD(Algorithm):
         return DPSGDSim
     @classmethod
     def validate(cls, config, workers):
-        gossip_graph(config, workers)
+        try:
+            Exchange(config, workers)
+        except ValueError as exc:
+            raise UserError(f"dpsgd: {exc}") from None
 
     def setup(self, ctx, model, optimizer):
-        graph = gossip_graph(self.config, ctx.workers)
-        self.neighbours = graph[ctx.rank]
-        self.weights = topologies.mixing_weights(graph, self.config.weights)[ctx.rank]
-        n = flat_params(model).numel()
-        self._inbox = {j: torch.empty(n, device=ctx.device) for j in self.neighbours}
+        self.exchange = Exchange(self.config, ctx.workers)
+        self._numel = flat_params(model).numel()
+        self._inbox: dict[int, torch.Tensor] = {}
+        self.k = 0
 
     @torch.no_grad()
     def step(self, ctx, model, optimizer):
         own = flat_params(model)
         comm = ctx.comm
+        send_to, receive_from, weights = self.exchange.at(ctx.rank, self.k)
+        self.k += 1
+        for j in receive_from:
+            if j not in self._inbox:
+                self._inbox[j] = torch.empty(self._numel, device=ctx.device)
         # Receives are posted before the sends and everything is non-blocking, so no cycle of
         # blocking sends can form around the graph.
-        recvs = [comm.irecv(self._inbox[j], src=j, tag=MODEL_TAG) for j in self.neighbours]
-        sends = [comm.isend(own, dst=j, tag=MODEL_TAG) for j in self.neighbours]
+        recvs = [comm.irecv(self._inbox[j], src=j, tag=MODEL_TAG) for j in receive_from]
+        sends = [comm.isend(own, dst=j, tag=MODEL_TAG) for j in send_to]
         wait_start = time.perf_counter()
         for work in recvs + sends:
             work.wait()
         wait_s = time.perf_counter() - wait_start
-        mixed = mix(own, self.weights[ctx.rank],
-                    [(self.weights[j], self._inbox[j]) for j in self.neighbours])
+        mixed = mix(own, weights[ctx.rank], [(weights[j], self._inbox[j]) for j in receive_from])
         set_flat_params(model, mixed)
         optimizer.step()
-        # Synchronous gossip: every neighbour's model of this same iteration.
-        return StepInfo(wait_s=wait_s, peers=len(self.neighbours), staleness=0.0)
+        # Synchronous gossip: every in-neighbour's model of this same iteration.
+        fields = {"from": list(receive_from)} if self.exchange.time_varying else {}
+        return StepInfo(wait_s=wait_s, peers=len(receive_from), staleness=0.0, fields=fields)
 
 
 # -- simulated protocol (bench sim): the same rules in simulated time ------------------------
 
 class DPSGDSim(Protocol):
-    """Iteration k of worker i ends one message after all of its neighbours' k-th models."""
+    """Iteration k of worker i ends one message after all of its neighbours' k-th models (on a
+    time-varying graph: its in- and out-peers of iteration k, whose receive its send waits for)."""
 
     def __init__(self, engine):
         super().__init__(engine)
-        self.graph = gossip_graph(self.config, self.n)
+        self.exchange = self.make_exchange()
         #: ready_at[w][k]: when w's k-th gradient was ready (its k-th model sent).
         self.ready_at: list[list[float]] = [[] for _ in range(self.n)]
         self.waiting = [False] * self.n
 
+    def make_exchange(self) -> Exchange:
+        return Exchange(self.config, self.n)
+
+    def _partners(self, x: int, k: int) -> tuple[tuple[int, ...], set[int]]:
+        """(x's in-peers at iteration k, everyone x's iteration k waits for)."""
+        send_to, receive_from, _ = self.exchange.at(x, k)
+        return receive_from, set(send_to) | set(receive_from)
+
     def ready(self, w):
+        k = len(self.ready_at[w])
         self.ready_at[w].append(self.eng.now)
         self.waiting[w] = True
         self._try(w)
-        for j in self.graph[w]:
+        # Only workers whose iteration-k partners include w can have been waiting on it (the
+        # relation is symmetric: w sends to x iff x receives from w).
+        for j in self._partners(w, k)[1]:
             if self.waiting[j]:
                 self._try(j)
 
     def _try(self, x):
         k = self.eng.iteration[x]
         ready_at = self.ready_at
-        if any(len(ready_at[j]) <= k for j in self.graph[x]):
+        receive_from, partners = self._partners(x, k)
+        if any(len(ready_at[j]) <= k for j in partners):
             return
-        latest = max(ready_at[j][k] for j in self.graph[x])
+        latest = max(ready_at[j][k] for j in partners)
         mine = ready_at[x][k]
         self.waiting[x] = False
-        # x sends to and receives from each of its d neighbours: d hops' worth of CPU time
+        # x sends to and receives from each of its d in-neighbours: d hops' worth of CPU time
         # (a ring all-reduce hop is one send and one receive per process), one alpha.
         net = self.net
         exchange = (net.alpha_s + self.model_bytes / net.beta_bytes_per_s
-                    + len(self.graph[x]) * net.cpu_s * net.share(self.eng.active))
+                    + len(receive_from) * net.cpu_s * net.share(self.eng.active))
         self.eng.end_step(x, max(latest, mine) + exchange, latest - mine,
-                          peers=len(self.graph[x]), staleness=0.0)
+                          peers=len(receive_from), staleness=0.0)

@@ -1,10 +1,19 @@
 """Communication graphs and mixing weights for decentralized algorithms: pure integer code.
 
-A graph is a tuple of neighbour tuples: `graph[i]` holds the sorted ranks worker i exchanges
-models with. Every graph here is undirected (j in graph[i] iff i in graph[j]) and has no
-self-loops, so in-neighbours and out-neighbours are the same set and a bound on the iteration gap
-between neighbours is symmetric. Nothing here touches a process group, so all of it is testable
-(and usable by a simulator) without one.
+A static graph is a tuple of neighbour tuples: `graph[i]` holds the sorted ranks worker i
+exchanges models with. Every static graph here is undirected (j in graph[i] iff i in graph[j])
+and has no self-loops, so in-neighbours and out-neighbours are the same set and a bound on the
+iteration gap between neighbours is symmetric.
+
+The time-varying one-peer exponential graph (Assran et al., ICML 2019; Ying et al., NeurIPS
+2021) is directed and changes every iteration: at iteration k worker i sends to i + 2^(k mod t)
+and receives from i - 2^(k mod t) (mod n, t = ceil(log2 n)); `exponential_offsets` gives the
+shifts. Each shift is a permutation, so every worker has exactly as many in-peers as out-peers
+and uniform weights are doubly stochastic; with n a power of two, t consecutive one-peer rounds
+average exactly (the product of their mixing matrices is the all-1/n matrix).
+
+Nothing here touches a process group, so all of it is testable (and usable by a simulator)
+without one.
 """
 
 from __future__ import annotations
@@ -65,6 +74,43 @@ def torus(n: int) -> Graph:
 def complete(n: int) -> Graph:
     """Everyone talks to everyone."""
     return tuple(tuple(j for j in range(n) if j != i) for i in range(n))
+
+
+def exponential_offsets(n: int, k: int, peers: int = 1) -> tuple[int, ...]:
+    """The shifts d of iteration k in the time-varying `peers`-peer exponential graph: worker i
+    sends to (i + d) % n and receives from (i - d) % n for each d. The powers of two below n are
+    visited in turn, `peers` of them per iteration (distinct while peers <= their number)."""
+    if n < 2:
+        raise ValueError(f"a topology needs at least 2 workers, got {n}")
+    powers = [2**e for e in range(one_peer_rounds(n))]
+    if not 1 <= peers <= len(powers):
+        raise ValueError(f"the exponential graph on {n} workers has {len(powers)} distinct "
+                         f"peers per worker; peers must be in 1..{len(powers)}, got {peers}")
+    return tuple(powers[(k * peers + p) % len(powers)] for p in range(peers))
+
+
+def one_peer_rounds(n: int) -> int:
+    """Iterations after which the one-peer exponential graph has visited every shift once."""
+    return max(1, math.ceil(math.log2(n)))
+
+
+#: Topologies whose edges change with the iteration (directed; exponential_offsets).
+TIME_VARYING = ("one-peer-exponential",)
+
+
+def time_varying_mixing(n: int, k: int, peers: int = 1) -> list[dict[int, float]]:
+    """Row i maps each j that worker i mixes at iteration k (itself and its in-peers) to W_ij:
+    uniform 1 / (peers + 1), doubly stochastic since every shift is a permutation."""
+    offsets = exponential_offsets(n, k, peers)
+    w = 1.0 / (len(offsets) + 1)
+    rows = []
+    for i in range(n):
+        row: dict[int, float] = {i: w}
+        for d in offsets:
+            j = (i - d) % n
+            row[j] = row.get(j, 0.0) + w
+        rows.append(dict(sorted(row.items())))
+    return rows
 
 
 TOPOLOGIES: dict[str, Callable[[int], Graph]] = {

@@ -47,6 +47,10 @@ def cases(tmp_path):
                                "staleness"),
         "unknown topology": (matrix("t", '[algorithm.dpsgd]\ntopology = "star"', "dpsgd"),
                              "topology must be one of"),
+        "time-varying graph for hop": (matrix(
+            "h", '[algorithm.hop]\ntopology = "one-peer-exponential"', "hop"), "time-varying"),
+        "sgp peers above log2 n": (matrix("q", "[algorithm.sgp]\npeers = 3", "sgp"),
+                                   "peers must be in 1..2"),
         "string for a boolean": (matrix("y", '[algorithm.hop]\nskip = "yes"', "hop"),
                                  "skip must be true or false"),
         "local-sgd period 0": (matrix("p", "[algorithm.local-sgd]\nperiod = 0", "local-sgd"),

@@ -95,3 +95,21 @@ def _one_step_against_all_reduce(comm, steps: int, lr: float):
 
 def test_complete_graph_with_uniform_weights_is_all_reduce_model_averaging():
     assert max(on_ranks(_one_step_against_all_reduce, 4, 5, 0.1)) < 1e-6
+
+
+def test_one_peer_exponential_matches_the_time_varying_reference():
+    # x^{k+1} = W_k x^k - lr g^k with W_k the one-peer exponential graph's matrix of iteration
+    # k; with lr = 0 and 8 workers, 3 iterations average exactly.
+    n, steps, lr = 8, 5, 0.1
+    starts, finals, grads = _results(
+        on_ranks(drive, n, "dpsgd", {"topology": "one-peer-exponential"}, steps, lr))
+    x = starts.astype(np.float64)
+    for k in range(steps):
+        rows = topologies.time_varying_mixing(n, k)
+        w = np.array([[rows[i].get(j, 0.0) for j in range(n)] for i in range(n)])
+        x = w @ x - lr * grads[:, k]
+    np.testing.assert_allclose(finals, x, atol=1e-5)
+    starts, finals, _ = _results(
+        on_ranks(drive, n, "dpsgd", {"topology": "one-peer-exponential"}, 3, 0.0))
+    np.testing.assert_allclose(finals, np.broadcast_to(starts.mean(axis=0), finals.shape),
+                               atol=1e-6)

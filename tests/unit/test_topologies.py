@@ -107,3 +107,40 @@ def test_bad_names_and_sizes_are_rejected():
         topo.build("ring", 1)
     with pytest.raises(ValueError, match="unknown mixing"):
         topo.mixing_weights(topo.ring(4), "max-degree")
+
+
+def _matrix(rows):
+    n = len(rows)
+    return np.array([[rows[i].get(j, 0.0) for j in range(n)] for i in range(n)])
+
+
+def test_one_peer_exponential_visits_the_powers_of_two_in_turn():
+    assert [topo.exponential_offsets(8, k) for k in range(4)] == [(1,), (2,), (4,), (1,)]
+    assert topo.exponential_offsets(2, 5) == (1,)
+    assert topo.exponential_offsets(6, 2) == (4,)  # powers below 6: 1, 2, 4
+    assert topo.exponential_offsets(8, 1, peers=2) == (4, 1)
+    with pytest.raises(ValueError, match=r"peers must be in 1\.\.3"):
+        topo.exponential_offsets(8, 0, peers=4)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 6, 8, 16])
+def test_time_varying_mixing_is_doubly_stochastic(n):
+    for k in range(6):
+        w = _matrix(topo.time_varying_mixing(n, k))
+        np.testing.assert_allclose(w.sum(axis=0), 1.0)
+        np.testing.assert_allclose(w.sum(axis=1), 1.0)
+
+
+@pytest.mark.parametrize("n", [2, 4, 8, 16])
+def test_one_peer_rounds_average_exactly_on_a_power_of_two(n):
+    product = np.eye(n)
+    for k in range(topo.one_peer_rounds(n)):
+        product = _matrix(topo.time_varying_mixing(n, k)) @ product
+    np.testing.assert_allclose(product, np.full((n, n), 1.0 / n), atol=1e-12)
+
+
+def test_one_peer_rounds_do_not_average_exactly_otherwise():
+    product = np.eye(6)
+    for k in range(topo.one_peer_rounds(6)):
+        product = _matrix(topo.time_varying_mixing(6, k)) @ product
+    assert np.abs(product - 1 / 6).max() > 1e-3

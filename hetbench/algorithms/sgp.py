@@ -1,0 +1,268 @@
+"""Stochastic Gradient Push (Assran, Loizou, Ballas, Rabbat, ICML 2019), and its overlapped form.
+
+Push-sum gossip over the time-varying directed exponential graph: worker i keeps a numerator
+x_i and a push-sum weight w_i (both start at x_i^0 and 1), and trains the de-biased model
+z_i = x_i / w_i. Iteration k (the paper's Algorithm 1):
+
+1. the harness computes the gradient at z_i^k;
+2. x_i^{k+1/2} = x_i^k - lr * d_i^k, d the optimizer's direction (plain SGD: the gradient);
+3. worker i pushes (p x_i^{k+1/2}, p w_i^k) to each out-peer i + 2^e of the iteration
+   (topologies.exponential_offsets, `peers` of them) and keeps the same share, p = 1/(peers+1);
+4. x_i^{k+1} and w_i^{k+1} are its share plus the shares received from its in-peers;
+5. z_i^{k+1} = x_i^{k+1} / w_i^{k+1}.
+
+The mixing matrix is column stochastic, so sum_i x_i (less the gradient steps) and sum_i w_i = n
+are conserved, and the de-biased models converge to the average. `sgp` waits for iteration k's
+messages in iteration k. `osgp` (the paper's Overlap SGP, section 3) does not: a message joins
+whenever it has arrived, and a worker waits only for one more than `max_delay` iterations old
+(the paper's bounded delay tau). A late message then lands in a later iteration's mix, which is
+why the weights stop being 1 and push-sum's de-biasing matters.
+
+Messages are the shared numerator with the shared weight as one trailing element. Every message
+is mixed in, the last ones in finish(), so no mass is lost and sum_i w_i = n after the run.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+
+from hetbench.algorithms import topologies
+from hetbench.algorithms.dpsgd import DPSGDSim, Exchange
+from hetbench.core.algorithm import Algorithm, StepInfo
+from hetbench.core.options import opt
+from hetbench.core.tensors import flat_params, set_flat_params
+from hetbench.errors import UserError
+
+#: Point-to-point tags of SGP's messages: the base plus the iteration modulo the cycle, so
+#: that outstanding messages between the same two workers (up to max_delay + 1) never share one.
+TAG_BASE, TAG_CYCLE = 1000, 1000
+MAX_DELAY = 100
+
+
+@dataclass(frozen=True, kw_only=True)
+class SGPOptions:
+    peers: int = opt(1, "out-peers per iteration on the time-varying directed exponential graph "
+                        "(1: the paper's 1-peer graph; at most ceil(log2 n))")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OSGPOptions(SGPOptions):
+    max_delay: int = opt(1, "iterations a message may be late before its receiver waits for it "
+                            "(the paper's bounded delay tau; 0 makes osgp sgp)")
+
+
+@dataclass
+class _Incoming:
+    """A posted receive: the in-peer's share of its iteration `k`."""
+
+    k: int
+    src: int
+    buffer: torch.Tensor
+    work: object
+    arrived: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
+class SGP(Algorithm):
+    name = "sgp"
+    description = ("SGP: push-sum over the time-varying directed exponential graph, one peer "
+                   "per iteration, waiting for each iteration's messages (Assran et al. 2019)")
+    Config = SGPOptions
+
+    @classmethod
+    def simulated_protocol(cls):
+        return SGPSim
+
+    @classmethod
+    def validate(cls, config, workers):
+        try:
+            topologies.exponential_offsets(workers, 0, config.peers)
+        except ValueError as exc:
+            raise UserError(f"{cls.name}: {exc}") from None
+        if not 0 <= cls.max_delay_of(config) <= MAX_DELAY:
+            raise UserError(f"{cls.name}: max_delay must be in 0..{MAX_DELAY}, "
+                            f"got {cls.max_delay_of(config)}")
+
+    @staticmethod
+    def max_delay_of(config) -> int:
+        return getattr(config, "max_delay", 0)
+
+    def setup(self, ctx, model, optimizer):
+        self.exchange = Exchange(None, ctx.workers, self.config.peers)
+        self.max_delay = self.max_delay_of(self.config)
+        #: The push-sum numerator and weight; the model holds x / w.
+        self.x = flat_params(model).double()
+        self.w = 1.0
+        self.k = 0
+        self._incoming: deque[_Incoming] = deque()
+        self._sending: deque[tuple[int, object, torch.Tensor]] = deque()
+        # Overlap: a thread waits for the posted receives in order and marks their arrival, so
+        # the training loop mixes in what has come without blocking on what has not.
+        self._arrivals: queue.Queue | None = None
+        if self.max_delay > 0:
+            self._arrivals = queue.Queue()
+            self._waiter = threading.Thread(target=self._wait_in_order, daemon=True,
+                                            name="osgp-arrivals")
+            self._waiter.start()
+
+    def _wait_in_order(self) -> None:
+        while (incoming := self._arrivals.get()) is not None:
+            try:
+                incoming.work.wait()
+            except BaseException as exc:  # a dead peer: re-raised by the training thread
+                incoming.error = exc
+            incoming.arrived.set()
+
+    @torch.no_grad()
+    def step(self, ctx, model, optimizer):
+        comm, k = ctx.comm, self.k
+        before = flat_params(model)
+        optimizer.step()
+        self.x += (flat_params(model) - before).double()  # x^{k+1/2} = x^k - lr d^k
+        send_to, receive_from, weights = self.exchange.at(ctx.rank, k)
+        share = weights[ctx.rank]
+        message = torch.empty(self.x.numel() + 1, device=ctx.device)
+        message[:-1] = self.x * share
+        message[-1] = self.w * share
+        # Keep exactly what was not sent (the message is rounded to the model's float32), so
+        # that the sums of numerators and weights over all workers are conserved to float64.
+        self.x -= message[:-1].double() * len(send_to)
+        self.w -= float(message[-1]) * len(send_to)
+        tag = TAG_BASE + k % TAG_CYCLE
+        # Receives first, everything non-blocking: no cycle of blocking sends can form.
+        for j in receive_from:
+            buffer = torch.empty_like(message)
+            incoming = _Incoming(k, j, buffer, comm.irecv(buffer, src=j, tag=tag))
+            self._incoming.append(incoming)
+            if self._arrivals is not None:
+                self._arrivals.put(incoming)
+        for j in send_to:
+            self._sending.append((k, comm.isend(message, dst=j, tag=tag), message))
+        wait_start = time.perf_counter()
+        mixed = self._mix_in(due=k - self.max_delay)
+        wait_s = time.perf_counter() - wait_start
+        set_flat_params(model, self.x / self.w)
+        self.k += 1
+        staleness = sum(k - m.k for m in mixed) / len(mixed) if mixed else None
+        return StepInfo(wait_s=wait_s, peers=len(mixed), staleness=staleness,
+                        fields={"ps_weight": self.w, "to": list(send_to),
+                                "from": [m.src for m in mixed]})
+
+    def _mix_in(self, due: int) -> list[_Incoming]:
+        """Wait for every message (and own send) of iterations <= `due`, then add every
+        message that has arrived, in the order they were posted; returns those added."""
+        while self._sending and self._sending[0][0] <= due:
+            self._sending.popleft()[1].wait()
+        mixed = []
+        while self._incoming:
+            incoming = self._incoming[0]
+            if incoming.k <= due:
+                if self._arrivals is None:
+                    incoming.work.wait()
+                else:
+                    incoming.arrived.wait()
+            elif not incoming.arrived.is_set():
+                break
+            if incoming.error is not None:
+                raise incoming.error
+            self._incoming.popleft()
+            self.x += incoming.buffer[:-1].double()
+            self.w += float(incoming.buffer[-1])
+            mixed.append(incoming)
+        return mixed
+
+    def finish(self, ctx, model):
+        # Every worker ran the same iterations (synchronous budget), so every message still
+        # in flight was sent: mix them all in, so that no mass is lost.
+        late = self._mix_in(due=self.k)
+        if self._arrivals is not None:
+            self._arrivals.put(None)
+            self._waiter.join()
+        set_flat_params(model, self.x / self.w)
+        return {"averagings_after_training": len(late), "ps_weight": self.w}
+
+
+class OSGP(SGP):
+    name = "osgp"
+    description = ("Overlap SGP: push-sum as sgp, mixing in messages as they arrive, waiting "
+                   "only for those over max_delay iterations late (Assran et al. 2019)")
+    Config = OSGPOptions
+
+    @classmethod
+    def intended_sync_share(cls, config, workers):
+        # Every message is mixed in, but a step may take none (they have not arrived) and a
+        # later one several: the protocol guarantees one mixing step in max_delay + 1.
+        return 1.0 / (config.max_delay + 1)
+
+    @classmethod
+    def simulated_protocol(cls):
+        return OSGPSim
+
+
+# -- simulated protocols (bench sim): the same rules in simulated time -----------------------
+
+class SGPSim(DPSGDSim):
+    """Iteration k ends one message after the iteration's in-peers' messages arrived and its
+    out-peers posted their receives: D-PSGD's exchange on the exponential graph's shifts."""
+
+    def make_exchange(self):
+        return Exchange(None, self.n, self.config.peers)
+
+
+class OSGPSim(DPSGDSim):
+    """Iteration k of worker x waits only for messages (and its own sends' receivers) of
+    iterations <= k - max_delay, then mixes in, in posting order, every message that has
+    arrived by the end of its step, as the real arrival thread marks them."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.delay = self.config.max_delay
+        #: Each worker's posted receives not yet mixed in: (iteration, in-peer), in order.
+        self.incoming: list[deque[tuple[int, int]]] = [deque() for _ in range(self.n)]
+        net = self.net
+        self.flight = net.alpha_s + (self.model_bytes + 4) / net.beta_bytes_per_s
+
+    def make_exchange(self):
+        return Exchange(None, self.n, self.config.peers)
+
+    def ready(self, w):
+        k = len(self.ready_at[w])
+        self.ready_at[w].append(self.eng.now)
+        self.incoming[w].extend((k, j) for j in self.exchange.at(w, k)[1])
+        self.waiting[w] = True
+        self._try(w)
+        # Whoever waits for w's message or w's receive of iteration k.
+        for j in self._partners(w, k)[1]:
+            if self.waiting[j]:
+                self._try(j)
+
+    def _try(self, x):
+        k = self.eng.iteration[x]
+        due = k - self.delay
+        ready_at, flight = self.ready_at, self.flight
+        mine = ready_at[x][k]
+        latest = mine
+        if due >= 0:
+            _, partners = self._partners(x, due)
+            if any(len(ready_at[j]) <= due for j in partners):
+                return
+            latest = max(mine, max(ready_at[j][due] + flight for j in partners))
+        self.waiting[x] = False
+        net = self.net
+        sends = len(self.exchange.at(x, k)[0])
+        end = latest + sends * net.cpu_s * net.share(self.eng.active)
+        incoming, mixed = self.incoming[x], []
+        while incoming:
+            k_in, src = incoming[0]
+            if len(ready_at[src]) <= k_in or ready_at[src][k_in] + flight > end:
+                break
+            incoming.popleft()
+            mixed.append(k - k_in)
+        self.eng.end_step(x, end, latest - mine, peers=len(mixed),
+                          staleness=sum(mixed) / len(mixed) if mixed else None)
