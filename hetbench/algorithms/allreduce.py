@@ -11,6 +11,14 @@ Three implementations of the same algorithm (option `impl`):
   start each gradient's all-reduce during backward, step() waits for them). Horovod is not a
   dependency: `make horovod` builds it into .venv, and it is imported only when asked for.
 
+Gradient compression (option `compression = "powersgd"`, impl = "ddp"): PowerSGD (Vogels,
+Karimireddy, Jaggi, NeurIPS 2019), rank-r power iteration with error feedback and warm start,
+through torch DDP's communication hook (torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook).
+It cuts the bytes each all-reduce moves, not the synchronization: everyone still waits for the
+slowest. torch's hook all-reduces uncompressed for its first `powersgd_start_iter` iterations
+(DDP rebuilds its buckets after the first; 2 is the least it allows) and for any tensor that
+would not shrink by `powersgd_min_compression_rate`; 1-D tensors (biases) always go uncompressed.
+
 Every worker waits for the slowest one: the baseline that stragglers hurt most.
 """
 
@@ -25,6 +33,7 @@ from typing import Literal
 
 import torch
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powerSGD
 
 from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.options import opt
@@ -33,6 +42,7 @@ from hetbench.errors import UserError
 from hetbench.sim.protocol import Protocol
 
 IMPLS = ("buckets", "ddp", "horovod")
+COMPRESSIONS = ("none", "powersgd")
 
 
 @functools.cache
@@ -53,7 +63,26 @@ class AllReduceOptions:
         "buckets", "buckets (all-reduce after backward), ddp (torch DDP) or horovod "
                    "(horovod.torch on gloo; `make horovod` builds it)")
 
+    compression: Literal["none", "powersgd"] = opt(
+        "none", "none, or powersgd (low-rank gradients with error feedback, Vogels et al. "
+                "2019; needs impl = ddp and real compute)", added_later=True)
+    powersgd_rank: int = opt(1, "PowerSGD's matrix approximation rank r", added_later=True)
+    powersgd_start_iter: int = opt(
+        2, "iterations all-reduced uncompressed before PowerSGD starts (torch's hook needs >= 2)",
+        added_later=True)
+    powersgd_min_compression_rate: float = opt(
+        2.0, "a tensor is compressed only if that shrinks it at least this much (torch's "
+             "default; 0 compresses every matrix)", added_later=True)
+
     def __post_init__(self):
+        if self.compression not in COMPRESSIONS:
+            raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}, "
+                             f"got {self.compression!r}")
+        if self.powersgd_rank < 1:
+            raise ValueError(f"powersgd_rank must be >= 1, got {self.powersgd_rank}")
+        if self.powersgd_start_iter < 2:
+            raise ValueError("powersgd_start_iter must be >= 2 (torch's PowerSGD hook with "
+                             f"error feedback), got {self.powersgd_start_iter}")
         if self.bucket_mb <= 0:
             raise ValueError(f"bucket_mb must be > 0, got {self.bucket_mb}")
         if self.impl not in IMPLS:
@@ -85,8 +114,26 @@ class AllReduce(Algorithm):
         return AllReduceSim
 
     @classmethod
+    def summary_facts(cls, config, events, done):
+        if config.compression == "none":
+            return {}
+        first = done[0] if done else None
+        return {"powersgd_compression_rate":
+                first.get("powersgd_compression_rate") if first else None}
+
+    @classmethod
+    def needs_real_compute(cls, config):
+        if config.compression != "none":
+            return (f"compression = {config.compression} runs in DDP's communication hook, "
+                    "during backward")
+        return None
+
+    @classmethod
     def validate(cls, config, workers):
         # Checked when the matrix is expanded, before any process starts.
+        if config.compression != "none" and config.impl != "ddp":
+            raise UserError(f"allreduce compression = {config.compression} runs through torch "
+                            f"DDP's communication hook: set impl = \"ddp\" (got {config.impl})")
         if config.impl == "horovod" and (why := horovod_missing()):
             raise UserError("allreduce impl = horovod needs horovod.torch, which does not import "
                             f"({why.splitlines()[0]}): run `make horovod` to build it into .venv")
@@ -114,14 +161,28 @@ class AllReduce(Algorithm):
 
     def setup(self, ctx, model, optimizer):
         self._buckets = buckets(params_of(model), int(self.config.bucket_mb * 2**20))
-        self._ddp = self._hvd_optimizer = None
+        self._ddp = self._hvd_optimizer = self._powersgd = None
         self._forward_wrapped = False
         if self.config.impl == "ddp":
             self._ddp = _DDP(model, process_group=ctx.comm.group(ctx.worker_ranks),
                              device_ids=[ctx.device] if ctx.device.type == "cuda" else None,
                              bucket_cap_mb=self.config.bucket_mb)
+            if self.config.compression == "powersgd":
+                self._powersgd = self._powersgd_state(ctx)
+                self._ddp.register_comm_hook(self._powersgd, powerSGD.powerSGD_hook)
         elif self.config.impl == "horovod":
             self._hvd_optimizer = self._horovod_setup(ctx, model, optimizer)
+
+    def _powersgd_state(self, ctx):
+        return powerSGD.PowerSGDState(
+            process_group=ctx.comm.group(ctx.worker_ranks),
+            matrix_approximation_rank=self.config.powersgd_rank,
+            start_powerSGD_iter=self.config.powersgd_start_iter,
+            min_compression_rate=self.config.powersgd_min_compression_rate,
+            use_error_feedback=True, warm_start=True,
+            # Same seed on every rank: the hook's random initial Q must agree across ranks.
+            random_seed=ctx.seed,
+        )
 
     def _horovod_setup(self, ctx, model, optimizer):
         import horovod.torch as hvd
@@ -169,6 +230,9 @@ class AllReduce(Algorithm):
         if self._forward_wrapped:
             optimizer.step()  # DDP averaged the gradients during backward
             return self._synced(ctx)
+        if self.config.compression != "none":  # needs_real_compute keeps this from happening
+            raise RuntimeError(f"allreduce compression = {self.config.compression} needs DDP's "
+                               "forward/backward, which this run does not make")
         # impl = buckets, or ddp without forward passes (emulated compute): average here.
         for bucket in self._buckets:
             grads = [p.grad for p in bucket]
@@ -187,6 +251,11 @@ class AllReduce(Algorithm):
         return StepInfo(peers=ctx.workers - 1, staleness=0.0)
 
     def finish(self, ctx, model):
+        if self._powersgd is not None:
+            # What the compression saved, over the iterations after the uncompressed start.
+            rate = self._powersgd.compression_stats()[0]
+            return {"powersgd_compression_rate": float(rate),
+                    "powersgd_iterations": int(self._powersgd.iter)}
         if self.config.impl == "horovod":
             import horovod.torch as hvd
 
@@ -201,6 +270,10 @@ class AllReduceSim(Protocol):
 
     def __init__(self, engine):
         super().__init__(engine)
+        if self.config.compression != "none":
+            raise UserError(f"bench sim does not model allreduce compression = "
+                            f"{self.config.compression} (its messages' sizes); simulate "
+                            "compression = \"none\" or measure with bench run")
         self.buckets = engine.layout.bucket_bytes
         self.arrived: list[int] = []
 

@@ -89,6 +89,12 @@ class SGP(Algorithm):
             raise UserError(f"{cls.name}: max_delay must be in 0..{MAX_DELAY}, "
                             f"got {cls.max_delay_of(config)}")
 
+    @classmethod
+    def summary_facts(cls, config, events, done):
+        weights = [e["ps_weight"] for e in events if "ps_weight" in e]
+        return {"ps_weight_min": min(weights, default=None),
+                "ps_weight_max": max(weights, default=None)}
+
     @staticmethod
     def max_delay_of(config) -> int:
         return getattr(config, "max_delay", 0)

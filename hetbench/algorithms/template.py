@@ -92,13 +92,14 @@ class LocalSGDSim(Protocol):
     `period`-th step, everyone waits for the last worker, then one ring all-reduce of the
     model (what `average_` over the worker ranks does)."""
 
-    def __init__(self, engine):
+    def __init__(self, engine, period: int | None = None):
         super().__init__(engine)
+        self.period = period or self.config.period
         self.arrived: list[int] = []
 
     def ready(self, w):
         steps = self.eng.iteration[w] + 1  # the real step counts from 1
-        if steps % self.config.period:
+        if steps % self.period:
             self.eng.end_step(w, self.eng.now, 0.0, peers=0)
             return
         self.arrived.append(w)

@@ -41,6 +41,10 @@ class StepInfo:
     #: Mean age of what was mixed in, in iterations: how far the peers' models were from this
     #: worker's iteration (0 when everyone is at the same one). ps-async counts server updates.
     staleness: float | None = None
+    #: True when the protocol threw this step's gradient away (synchronous SGD with backup
+    #: workers drops the late ones): its samples then count toward no throughput, since no
+    #: model learned from them (the event records them as samples_discarded).
+    discarded: bool = False
     #: Algorithm-specific event fields: group members, neighbours used, skipped iterations.
     fields: dict[str, Any] = field(default_factory=dict)
 
@@ -103,6 +107,13 @@ class Algorithm(ABC):
     def validate(cls, config: Any, workers: int) -> None:
         """Raise UserError if `config` cannot run with `workers` workers."""
 
+    @classmethod
+    def needs_real_compute(cls, config: Any) -> str | None:
+        """Why `config` cannot run under emulated compute (no forward/backward pass), or None.
+        An option that acts inside backward (a DDP communication hook) would otherwise be
+        silently skipped; the matrix is then refused before any process starts."""
+        return None
+
     def setup(self, ctx: WorkerContext, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Called on every rank before training; collective group creation belongs here."""
 
@@ -120,9 +131,19 @@ class Algorithm(ABC):
              optimizer: torch.optim.Optimizer) -> StepInfo:
         """Gradients are in `p.grad`: apply the local update and synchronize with peers."""
 
-    def serve(self, ctx: WorkerContext, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        """The whole life of a server rank (see server_ranks); returns when all workers are done."""
+    def serve(self, ctx: WorkerContext, model: nn.Module,
+              optimizer: torch.optim.Optimizer) -> dict[str, Any] | None:
+        """The whole life of a server rank (see server_ranks); returns when all workers are done,
+        with what the server should record in its done.rank<r>.json (or None)."""
         raise NotImplementedError(f"{self.name} has no server ranks")
+
+    @classmethod
+    def summary_facts(cls, config: Any, events: list[dict[str, Any]],
+                      done: list[dict[str, Any] | None]) -> dict[str, Any]:
+        """The algorithm's own synchronization facts for summary.json, from every worker's
+        events and every rank's done record (None for a rank without one): gradients
+        dropped, outer steps, push-sum weights. Nothing by default."""
+        return {}
 
     def finish(self, ctx: WorkerContext, model: nn.Module) -> dict[str, Any] | None:
         """Called on every worker after its budget is spent, before the final evaluation.

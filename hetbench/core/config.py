@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from hetbench.core.options import build_config
+from hetbench.core.options import added_later_defaults, build_config
 from hetbench.errors import UserError
 
 SCHEMA_VERSION = 1
@@ -96,6 +96,10 @@ class RunConfig:
         load_cls = self.workload_class()
         load_cfg = build_config(load_cls.Config, self.workload_options, f"workload {self.workload}")
         load_cls.validate(load_cfg)
+        if getattr(load_cfg, "compute", "real") == "emulated" and (
+                why := algo_cls.needs_real_compute(algo_cfg)):
+            raise UserError(f"algorithm {self.algorithm}: {why}; it cannot run with workload "
+                            f"{self.workload} compute = \"emulated\" (no backward pass)")
         injector = self.injector()
         injector.validate(self.workers)
         from hetbench.core.faults import parse_fault
@@ -159,6 +163,11 @@ class RunConfig:
         if not identity["target"]:
             # Runs without a target keep the ids they had before targets were part of a run.
             identity.pop("target")
+        # Likewise for options added to an algorithm after runs of it were stored.
+        options = identity["algorithm_options"]
+        for name, default in added_later_defaults(self.algorithm_class().Config).items():
+            if options.get(name) == default:
+                options.pop(name)
         blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:10]
 

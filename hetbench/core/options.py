@@ -92,6 +92,18 @@ def _field_docs(config_cls: type) -> dict[str, str]:
     return docs
 
 
-def opt(default: Any, doc: str) -> Any:
-    """A Config field with a one-line doc shown by `bench list`."""
-    return dataclasses.field(default=default, metadata={"doc": doc})
+def opt(default: Any, doc: str, added_later: bool = False) -> Any:
+    """A Config field with a one-line doc shown by `bench list`.
+
+    added_later: the option joined a Config that already had stored runs. While it is at its
+    default it stays out of a run's identity (RunConfig.config_hash), so those runs keep their
+    ids and a rerun still skips them.
+    """
+    return dataclasses.field(default=default,
+                             metadata={"doc": doc, "added_later": added_later})
+
+
+def added_later_defaults(config_cls: type) -> dict[str, Any]:
+    """{name: default} of config_cls's options marked added_later."""
+    return {f.name: f.default for f in dataclasses.fields(config_cls)
+            if f.metadata.get("added_later")}

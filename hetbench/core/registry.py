@@ -67,6 +67,8 @@ ALGORITHMS: Registry = Registry("algorithm", "hetbench.algorithms", {
     "dpsgd": "hetbench.algorithms.dpsgd:DPSGD",
     "adpsgd": "hetbench.algorithms.adpsgd:ADPSGD",
     "hop": "hetbench.algorithms.hop:Hop",
+    "allreduce-backup": "hetbench.algorithms.allreduce_backup:AllReduceBackup",
+    "diloco": "hetbench.algorithms.diloco:DiLoCo",
     "sgp": "hetbench.algorithms.sgp:SGP",
     "osgp": "hetbench.algorithms.sgp:OSGP",
     "prague-static": "hetbench.algorithms.prague.static:PragueStatic",

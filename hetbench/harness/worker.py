@@ -181,7 +181,7 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous,
         cpu0_s = time.process_time()
         if not ctx.is_worker:
             _progress["phase"] = "serving"
-            algorithm.serve(ctx, model, optimizer)
+            _progress["finish"] = algorithm.serve(ctx, model, optimizer) or {}
             _progress["train_cpu_s"] = time.process_time() - cpu0_s
             return
         snapshots = Snapshots(config.eval_interval_s)
@@ -290,7 +290,9 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
                 "schema_version": SCHEMA_VERSION, "run_id": config.run_id, "rank": rank,
                 "iteration": iteration, "t_start": t_start, "t_end": t_end,
                 "compute_s": compute_s, "slowdown_s": (t_sync - t_start) / 1e9 - compute_s,
-                "comm_s": step_s - wait_s, "wait_s": wait_s, "samples": batch_size,
+                "comm_s": step_s - wait_s, "wait_s": wait_s,
+                "samples": 0 if info.discarded else batch_size,
+                **({"samples_discarded": batch_size} if info.discarded else {}),
                 "loss": loss_value, "snapshot_s": snapshot_s, "process_cpu_s": process_cpu_s,
                 **sync_fields(info), **info.fields,
             })

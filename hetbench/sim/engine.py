@@ -130,25 +130,25 @@ class Engine:
 
     def end_step(self, w: int, t_end: float, wait_s: float, fields: dict | str | None = None,
                  next_iteration: int | None = None, *, peers: int | None = None,
-                 staleness: float | None = None) -> None:
-        """Worker w's step ends at t_end (>= now) after waiting wait_s for peers; `peers` and
-        `staleness` are the real step's StepInfo fields (synchronization health)."""
+                 staleness: float | None = None, discarded: bool = False) -> None:
+        """Worker w's step ends at t_end (>= now) after waiting wait_s for peers; `peers`,
+        `staleness` and `discarded` are the real step's StepInfo fields."""
         if t_end > self.now:
             self.at(t_end, self._end, w, t_end, wait_s, fields, next_iteration, peers,
-                    staleness)
+                    staleness, discarded)
         else:
-            self._end(w, t_end, wait_s, fields, next_iteration, peers, staleness)
+            self._end(w, t_end, wait_s, fields, next_iteration, peers, staleness, discarded)
 
     def _end(self, w: int, t_end: float, wait_s: float, fields: dict | str | None,
              next_iteration: int | None, peers: int | None = None,
-             staleness: float | None = None) -> None:
+             staleness: float | None = None, discarded: bool = False) -> None:
         self.active -= 1
         k = self.iteration[w]
         step_s = t_end - self.t_sync[w]
         wait_s = min(max(wait_s, 0.0), step_s)
         if self.sink is not None:
             self.sink.add(w, k, self.t_start[w], t_end, self._compute_s[w], self._slowdown[w],
-                          step_s - wait_s, wait_s, fields, peers, staleness)
+                          step_s - wait_s, wait_s, fields, peers, staleness, discarded)
         self.events += 1
         self.iteration[w] = k + 1 if next_iteration is None else next_iteration
         self.begin(w, t_end)
@@ -196,16 +196,23 @@ class EventSink:
                        '"rank":')
         self.samples = config.workload_options["batch_size"]
         self._buffers: dict[int, list[str]] = {}
-        #: Per rank: (t_start, t_end) in ns of each event, and its last iteration.
-        self.spans: list[list[tuple[int, int]]] = [[] for _ in range(config.workers)]
+        #: Per rank: (t_start, t_end) in ns and samples of each event, and its last iteration.
+        self.spans: list[list[tuple[int, int, int]]] = [[] for _ in range(config.workers)]
         self.last_iteration: list[int | None] = [None] * config.workers
         self._sums: list[tuple[float, float, float, float]] = []
         self.sync = SyncTally()
+        self.discarded = 0
 
     def add(self, rank: int, iteration: int, t_start: float, t_end: float, compute_s: float,
             slowdown_s: float, comm_s: float, wait_s: float, fields: dict | str | None,
-            peers: int | None = None, staleness: float | None = None) -> None:
+            peers: int | None = None, staleness: float | None = None,
+            discarded: bool = False) -> None:
         extra = fields if isinstance(fields, str) else encode_fields(fields)
+        samples = self.samples
+        if discarded:  # as the real worker logs a dropped gradient (StepInfo.discarded)
+            extra = f',"samples_discarded":{samples}' + extra
+            samples = 0
+            self.discarded += 1
         if peers is not None:
             self.sync.add(peers, staleness)
             sync = f',"peers":{peers}'
@@ -216,8 +223,8 @@ class EventSink:
         line = (f'{self.prefix}{rank},"iteration":{iteration},"t_start":{start_ns},'
                 f'"t_end":{end_ns},"compute_s":{compute_s!r},'
                 f'"slowdown_s":{slowdown_s!r},"comm_s":{comm_s!r},"wait_s":{wait_s!r},'
-                f'"samples":{self.samples},"loss":NaN,"snapshot_s":0.0{extra}}}\n')
-        self.spans[rank].append((start_ns, end_ns))
+                f'"samples":{samples},"loss":NaN,"snapshot_s":0.0{extra}}}\n')
+        self.spans[rank].append((start_ns, end_ns, samples))
         self.last_iteration[rank] = iteration
         self._sums.append((compute_s, slowdown_s, comm_s, wait_s))
         buffer = self._buffers.get(rank)
@@ -240,15 +247,14 @@ class EventSink:
     def summary(self, config: RunConfig) -> dict[str, Any]:
         """What launcher.summarize would compute from the files written (a test holds them
         equal), with the harness's own throughput() over the spans kept in memory."""
-        samples = self.samples
-        by_rank = {r: [{"t_start": a, "t_end": b, "samples": samples} for a, b in spans]
+        by_rank = {r: [{"t_start": a, "t_end": b, "samples": n} for a, b, n in spans]
                    for r, spans in enumerate(self.spans)}
         counts = [len(spans) for spans in self.spans]
         starts = [spans[0][0] for spans in self.spans if spans]
-        ends = [max(b for _, b in spans) for spans in self.spans if spans]
+        ends = [max(b for _, b, _ in spans) for spans in self.spans if spans]
         return {
             "throughput": throughput(by_rank, config.warmup_iterations),
-            "samples": samples * sum(counts),
+            "samples": sum(n for spans in self.spans for _, _, n in spans),
             "iterations": sum(counts),
             "iterations_per_worker": counts,
             "last_iteration_per_worker": self.last_iteration,
@@ -258,7 +264,8 @@ class EventSink:
             **self.sync.health(),
             "sync_intended": config.algorithm_class().intended_sync_share(
                 config.algorithm_config(), config.workers),
-            "averagings_after_training": None, "torn_lines": 0,
+            "averagings_after_training": None, "gradients_dropped": self.discarded,
+            "torn_lines": 0,
             "train_cpu_s": None,  # no process ran
             **dict(zip(("compute_s", "slowdown_s", "comm_s", "wait_s"),
                        (math.fsum(column) for column in zip(*self._sums, strict=True))

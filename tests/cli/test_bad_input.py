@@ -51,6 +51,16 @@ def cases(tmp_path):
             "h", '[algorithm.hop]\ntopology = "one-peer-exponential"', "hop"), "time-varying"),
         "sgp peers above log2 n": (matrix("q", "[algorithm.sgp]\npeers = 3", "sgp"),
                                    "peers must be in 1..2"),
+        "powersgd without ddp": (matrix(
+            "c", '[algorithm.allreduce]\ncompression = "powersgd"'), 'set impl = "ddp"'),
+        "powersgd under emulated compute": (matrix(
+            "e", '[algorithm.allreduce]\ncompression = "powersgd"\nimpl = "ddp"\n'
+                 '[workload.mlp-digits]\ncompute = "emulated"'), "no backward pass"),
+        "diloco inner_steps 0": (matrix("i", "[algorithm.diloco]\ninner_steps = 0", "diloco"),
+                                 "inner_steps must be >= 1"),
+        "backup workers = workers": (matrix(
+            "k", "[algorithm.allreduce-backup]\nbackup_workers = 4", "allreduce-backup"),
+            "backup_workers must be in 0..3"),
         "string for a boolean": (matrix("y", '[algorithm.hop]\nskip = "yes"', "hop"),
                                  "skip must be true or false"),
         "local-sgd period 0": (matrix("p", "[algorithm.local-sgd]\nperiod = 0", "local-sgd"),

@@ -54,3 +54,31 @@ def test_ps_async_converges_on_svm(tmp_path):
     # The synthetic SVM problem flips 10% of labels, so ~0.9 is the ceiling; chance is 0.5.
     assert summary["final_test_accuracy"] > 0.8
     assert summary["throughput"] > 0
+
+
+def _ddp_run(tmp_path, name, **options):
+    fields = dict(algorithm="allreduce", workload="mlp-digits", workers=3, iterations=8,
+                  warmup_iterations=2, save_models=True, seed=5,
+                  workload_options={"lr": 0.2, "momentum": 0.9},
+                  algorithm_options={"impl": "ddp", **options})
+    summary = run_config(tmp_path / name, **fields)
+    assert summary["status"] == "ok", summary["cause"]
+    return summary, final_models(tmp_path / name, 3)
+
+
+def test_powersgd_at_full_rank_reproduces_uncompressed_allreduce(tmp_path):
+    # mlp-digits' weight matrices are 128x64 and 10x128: rank 64 is full for both, so the
+    # power iteration reconstructs every gradient (min_compression_rate 0 makes the hook
+    # compress them anyway; from iteration 2 on, as torch's hook allows).
+    _, plain = _ddp_run(tmp_path, "plain")
+    summary, full = _ddp_run(tmp_path, "full", compression="powersgd", powersgd_rank=64,
+                             powersgd_min_compression_rate=0.0)
+    for a, b in zip(plain, full, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-3, atol=1e-4)
+    # The hook did compress: at full rank P and Q outweigh the matrices themselves.
+    assert summary["powersgd_compression_rate"] < 1.0
+    summary, low = _ddp_run(tmp_path, "low", compression="powersgd", powersgd_rank=1)
+    assert summary["powersgd_compression_rate"] > 10
+    assert np.abs(low[0] - plain[0]).max() > 1e-3, "rank 1 should not reproduce the full average"
+    for params in low[1:]:
+        np.testing.assert_allclose(params, low[0], atol=1e-6)  # still one model everywhere

@@ -1,5 +1,7 @@
 """Pure pieces: slowdown schedules, matrix expansion, run identity, throughput windows."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -56,9 +58,23 @@ def test_matrix_expands_the_product_with_resolved_options():
                       "iterations": 10, "algorithm": {"allreduce": {"bucket_mb": 1}}})
     assert len(configs) == 2 * 2 * 2 * 2
     allreduce = [c for c in configs if c.algorithm == "allreduce"]
-    assert all(c.algorithm_options == {"bucket_mb": 1.0, "impl": "buckets"} for c in allreduce)
+    assert all(c.algorithm_options == {
+        "bucket_mb": 1.0, "impl": "buckets", "compression": "none", "powersgd_rank": 1,
+        "powersgd_start_iter": 2, "powersgd_min_compression_rate": 2.0} for c in allreduce)
     assert all(c.workload_options["batch_size"] == 32 for c in configs)  # defaults filled in
     assert len({c.run_id for c in configs}) == len(configs)
+
+
+def test_options_added_later_keep_stored_runs_ids_while_at_their_default():
+    # make run's allreduce cell had this id before allreduce gained its compression options
+    # (computed at e945a28): the stored run is still found, so a rerun skips it.
+    config = RunConfig(algorithm="allreduce", workload="mlp-digits", workers=4, iterations=200,
+                       pace_ms=10, slowdown="prob:5", target="accuracy:0.85")
+    assert config.run_id == "allreduce-mlp-digits-w4-prob_5-s1-0f06a11b90"
+    assert "compression" in config.algorithm_options  # resolved all the same
+    compressed = dataclasses.replace(config, algorithm_options={
+        **config.algorithm_options, "impl": "ddp", "compression": "powersgd"})
+    assert compressed.config_hash != config.config_hash
 
 
 def test_run_id_is_stable_and_ignores_the_matrix_name():

@@ -1,0 +1,222 @@
+"""Synchronous SGD with backup workers (Chen, Pan, Monga, Bengio, Jozefowicz, "Revisiting
+Distributed Synchronous SGD", 2016).
+
+Each step aggregates the first n - b gradients to arrive and drops the other b: All-Reduce's
+synchronous average, minus the b slowest workers, so that a straggler no longer holds everyone
+back. The paper runs it through parameter servers, and so does this module: an aggregator rank
+(rank n, after the workers) takes gradients in arrival order. Its loop, for the open step v:
+
+- a gradient computed on version v joins the step while it has fewer than n - b; the (n - b)-th
+  closes it: the aggregator applies their mean with the workload's optimizer (version v + 1)
+  and sends the new parameters to exactly those n - b workers;
+- a gradient computed on an older version arrives after its step closed: it is dropped, and its
+  worker gets the current parameters at once and computes its next gradient on them.
+
+Every worker therefore restarts from the newest model as soon as its gradient is in, or at once
+when it was late; nobody waits for the b slowest. A dropped step is on record
+(`dropped: true`, samples_discarded in the event, `gradients_dropped` in the summary), and its
+samples count toward no throughput (StepInfo.discarded): no model learned from them. With
+b = 0 every step averages all n gradients (ps-sync's rule).
+
+When workers stop, a step that the remaining workers can no longer fill is not applied: its
+gradients are dropped too, so every update is the mean of exactly n - b gradients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hetbench.core.algorithm import Algorithm, StepInfo
+from hetbench.core.options import opt
+from hetbench.core.tensors import flat_grads, flat_params, set_flat_grads, set_flat_params
+from hetbench.errors import UserError
+from hetbench.sim.protocol import Protocol
+
+GRAD_TAG = 41
+PARAMS_TAG = 42
+GRADIENT, DONE = 0.0, 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackupOptions:
+    backup_workers: int = opt(1, "b: each step averages the first n - b gradients to arrive and "
+                                 "drops the other b (Chen et al. 2016)")
+
+
+class AllReduceBackup(Algorithm):
+    name = "allreduce-backup"
+    description = ("synchronous SGD with b backup workers: each step averages the first n - b "
+                   "gradients to arrive, through an aggregator rank (Chen et al. 2016)")
+    Config = BackupOptions
+
+    @classmethod
+    def server_ranks(cls, config, workers):
+        return 1
+
+    @classmethod
+    def simulated_protocol(cls):
+        return AllReduceBackupSim
+
+    @classmethod
+    def validate(cls, config, workers):
+        if not 0 <= config.backup_workers < workers:
+            raise UserError(f"allreduce-backup: backup_workers must be in 0..{workers - 1} "
+                            f"with {workers} workers, got {config.backup_workers}")
+
+    @classmethod
+    def summary_facts(cls, config, events, done):
+        # gradients_dropped is every summary's (the events' samples_discarded).
+        aggregator = done[-1] if done else None
+        return {"updates": aggregator.get("updates") if aggregator else None}
+
+    def setup(self, ctx, model, optimizer):
+        self.server = ctx.workers
+        self.quorum = ctx.workers - self.config.backup_workers
+        params = flat_params(model).to(ctx.device)
+        ctx.comm.broadcast_(params, src=self.server)  # everyone starts from one model
+        set_flat_params(model, params)
+        n = params.numel()
+        #: gradient, then a flag (GRADIENT / DONE) and the version it was computed on.
+        self._message = torch.zeros(n + 2, device=ctx.device)
+        #: parameters, then their version, whether the gradient was used, and how many
+        #: gradients the newest update averaged.
+        self._reply = torch.zeros(n + 3, device=ctx.device)
+        self._version = 0
+
+    @torch.no_grad()
+    def step(self, ctx, model, optimizer):
+        self._message[:-2].copy_(flat_grads(model))
+        self._message[-2] = GRADIENT
+        self._message[-1] = self._version
+        ctx.comm.send(self._message, self.server, tag=GRAD_TAG)
+        ctx.comm.recv(self._reply, src=self.server, tag=PARAMS_TAG)
+        set_flat_params(model, self._reply[:-3])
+        version, used, averaged = (int(v) for v in self._reply[-3:].tolist())
+        # Updates this worker's model took in that its gradient was not part of.
+        staleness = version - self._version - (1 if used else 0)
+        self._version = version
+        return StepInfo(peers=averaged - 1 if used else averaged, staleness=float(staleness),
+                        discarded=not used, fields={"dropped": not used, "version": version})
+
+    def finish(self, ctx, model):
+        self._message[-2] = DONE
+        ctx.comm.send(self._message, self.server, tag=GRAD_TAG)
+
+    # -- the aggregator rank -------------------------------------------------------------------
+    @torch.no_grad()
+    def serve(self, ctx, model, optimizer):
+        message = torch.zeros_like(self._message)
+        total = torch.zeros(message.numel() - 2, device=ctx.device)
+        version, live = 0, ctx.workers
+        joined: list[int] = []  # the open step's workers, in arrival order
+        steps: list[list[int]] = []  # every update's workers, in arrival order
+        dropped = 0
+        while live:
+            src = ctx.comm.recv(message, src=None, tag=GRAD_TAG)
+            if message[-2] == DONE:
+                live -= 1
+                if joined and live < self.quorum:
+                    # The workers left can no longer fill the open step: drop its gradients.
+                    for w in joined:
+                        self._answer(ctx, model, w, version, used=False, averaged=0)
+                    dropped += len(joined)
+                    joined, total = [], total.zero_()
+                continue
+            if int(message[-1]) != version or live < self.quorum:
+                # Computed on a model its step already replaced, or too few workers are left
+                # to fill a step: dropped, and its worker gets the current model at once.
+                dropped += 1
+                self._answer(ctx, model, src, version, used=False,
+                             averaged=self.quorum if version else 0)
+                continue
+            total.add_(message[:-2])
+            joined.append(src)
+            if len(joined) < self.quorum:
+                continue
+            set_flat_grads(model, total.div_(self.quorum))
+            optimizer.step()
+            version += 1
+            steps.append(joined)
+            for w in joined:
+                self._answer(ctx, model, w, version, used=True, averaged=self.quorum)
+            joined, total = [], total.zero_()
+        return {"updates": version, "gradients_dropped": dropped, "update_workers": steps}
+
+    def _answer(self, ctx, model, worker: int, version: int, used: bool, averaged: int) -> None:
+        self._reply[:-3].copy_(flat_params(model))
+        self._reply[-3:] = torch.tensor([version, float(used), averaged])
+        ctx.comm.send(self._reply, dst=worker, tag=PARAMS_TAG)
+
+
+# -- simulated protocol (bench sim): the same rules in simulated time ------------------------
+
+class AllReduceBackupSim(Protocol):
+    """Gradients reach the aggregator in arrival order; the (n - b)-th closes the step.
+
+    Each message flies one hop (alpha + its sender's CPU time) plus its bytes over the link,
+    and the aggregator handles one at a time (its CPU time per receive and per reply), as
+    PSSyncSim charges a parameter server. The workers of a closed step get the new model one
+    reply after another; a late gradient is answered on arrival with the current model.
+    """
+
+    servers = 1
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        beta = self.net.beta_bytes_per_s
+        self.push = (self.model_bytes + 8) / beta
+        self.pull = (self.model_bytes + 12) / beta
+        self.quorum = self.n - self.config.backup_workers
+        self.version = 0
+        self.pulled = [0] * self.n
+        self.joined: list[int] = []
+        self.server_free = 0.0
+        self.live = self.n
+
+    def ready(self, w):
+        net = self.net
+        hop, cpu = net.hop(self.eng.active), net.cpu_s
+        arrive = self.eng.now + hop + self.push
+        # Events run in time order and every push flies as long: arrivals keep that order.
+        self.server_free = max(self.server_free, arrive) + cpu
+        if self.pulled[w] != self.version or self.live < self.quorum:
+            self._drop(w)
+            return
+        self.joined.append(w)
+        if len(self.joined) < self.quorum:
+            return
+        self.version += 1
+        for x in self.joined:
+            self.server_free += cpu + self.pull
+            end = self.server_free + hop
+            own = 2 * (hop + cpu) + self.push + self.pull
+            staleness = self.version - self.pulled[x] - 1
+            self.pulled[x] = self.version
+            self.eng.end_step(x, end, end - self.eng.t_sync[x] - own, peers=self.quorum - 1,
+                              staleness=float(staleness),
+                              fields={"dropped": False, "version": self.version})
+        self.joined = []
+
+    def stats(self):
+        return {"updates": self.version}
+
+    def _drop(self, w):
+        """w's gradient is dropped: the aggregator answers at once with the current model."""
+        net = self.net
+        self.server_free += net.cpu_s + self.pull
+        end = self.server_free + net.hop(self.eng.active)
+        staleness = self.version - self.pulled[w]
+        self.pulled[w] = self.version
+        self.eng.end_step(w, end, 0.0, peers=self.quorum if self.version else 0,
+                          staleness=float(staleness), discarded=True,
+                          fields={"dropped": True, "version": self.version})
+
+    def finish(self, w, t):
+        self.live -= 1
+        if self.live < self.quorum:
+            joined, self.joined = self.joined, []
+            for x in joined:
+                self._drop(x)
+        self.eng.done(w)
