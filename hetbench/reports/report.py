@@ -347,8 +347,8 @@ WAITS_TEXT = (
     "(arrival = when its gradient or model was ready: the end of its compute and injected "
     "slowdown). `most_waited_on` is the worker most of it was spent on, `share_on_it` its share "
     "of the run's waiting; `*` marks a slowed worker (its injected slowdown is over twice the "
-    "median worker's and over 10% of its compute). waits.csv has every (run, worker, waited-on) "
-    "pair. Rules: {rules}.")
+    "median of the other workers' and over 10% of its compute). waits.csv has every (run, "
+    "worker, waited-on) pair. Rules: {rules}.")
 RULE_NAMES = {"all": "all-worker collectives (allreduce, ps-sync)", "group": "groups (prague)",
               "neighbours": "graph neighbours (dpsgd)", "peer": "one peer (adpsgd)"}
 WAITS_DETAIL_TEXT = (

@@ -91,15 +91,20 @@ class RunWaits:
         return self.rule is not None
 
     def slowed(self) -> set[int]:
-        """Workers whose injected slowdown stands out: more than twice the median worker's and
-        over 10% of their compute (a det:/trace: straggler; prob: slows everyone alike)."""
-        if not self.slowdown_s:
-            return set()
-        values = sorted(self.slowdown_s.values())
-        median = values[len(values) // 2] if len(values) % 2 else (
-            values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
-        return {r for r, s in self.slowdown_s.items()
-                if s > 2 * median and s > 0.1 * self.compute_s.get(r, 0.0)}
+        """Workers whose injected slowdown stands out: more than twice the median of the other
+        workers' and over 10% of their own compute (a det:/trace: straggler; prob: slows
+        everyone alike, so it marks none)."""
+        marked = set()
+        for rank, seconds in self.slowdown_s.items():
+            others = sorted(s for r, s in self.slowdown_s.items() if r != rank)
+            if not others:
+                continue
+            middle = len(others) // 2
+            median = others[middle] if len(others) % 2 else (others[middle - 1]
+                                                             + others[middle]) / 2
+            if seconds > 2 * median and seconds > 0.1 * self.compute_s.get(rank, 0.0):
+                marked.add(rank)
+        return marked
 
     def matrix(self) -> pd.DataFrame:
         """Seconds waited: a row per waiting worker, a column per worker waited on (and one for

@@ -226,3 +226,18 @@ def test_prague_smart_group_waits_on_the_straggler_in_real_runs(tmp_path, bench)
     on_straggler = [(rank, e) for rank, e in with_straggler
                     if waits.per_step.get((rank, e["iteration"]), (None,))[0] == STRAGGLER]
     assert with_straggler and len(on_straggler) >= 0.8 * len(with_straggler)
+
+
+def test_slowed_marks_a_straggler_among_two_and_none_under_even_slowdown():
+    from hetbench.reports.waits import RunWaits
+
+    two = RunWaits("r", "allreduce", 2, "all", slowdown_s={0: 0.01, 1: 4.0},
+                   compute_s={0: 1.0, 1: 1.0})
+    assert two.slowed() == {1}
+    even = RunWaits("r", "allreduce", 4, "all", slowdown_s={0: 1.0, 1: 1.2, 2: 0.9, 3: 1.1},
+                    compute_s=dict.fromkeys(range(4), 1.0))
+    assert even.slowed() == set()
+    # Standing out, but by less than a tenth of its compute: timing noise, not a straggler.
+    noise = RunWaits("r", "allreduce", 2, "all", slowdown_s={0: 0.001, 1: 0.05},
+                     compute_s={0: 1.0, 1: 1.0})
+    assert noise.slowed() == set()
