@@ -37,10 +37,6 @@ SYNC_FIELDS = ("group", "group_id", "peer", "peers", "used", "served", "schedule
 PID = 1
 
 
-def _us(ns: float) -> float:
-    return round(ns / 1e3, 3)
-
-
 def trace_events(run_dir: str | Path) -> dict[str, Any]:
     """The run's trace as a JSON-ready dict ({"traceEvents": [...], ...})."""
     run_dir = Path(run_dir)
@@ -77,16 +73,23 @@ def trace_events(run_dir: str | Path) -> dict[str, Any]:
                 args["on"] = on[0]
                 if not logged_wait:
                     args["on_s"] = round(on[1], 6)
-            t = e["t_start"] - t0
+            # Span edges on whole nanoseconds, each span starting where the previous one
+            # ended: rounded separately, ts + dur could overlap the next span by a nanosecond,
+            # and trace viewers then nest or drop it.
+            # The logged seconds can add up to a nanosecond past t_end (float sums); the step
+            # never ends after t_end, where the worker's next iteration may begin.
+            t, limit = float(e["t_start"] - t0), e["t_end"] - t0
+            start = round(t)
             for phase, seconds, args in phases:
-                duration = _us(seconds * 1e9)
-                if duration > 0:  # below 1 ns: float noise of the logged subtraction
-                    out.append({"ph": "X", "pid": PID, "tid": rank, "name": phase,
-                                "ts": _us(t), "dur": duration, "args": args})
                 t += max(seconds, 0.0) * 1e9
+                end = min(round(t), limit)
+                if end > start:  # under 1 ns: float noise of the logged subtraction
+                    out.append({"ph": "X", "pid": PID, "tid": rank, "name": phase,
+                                "ts": start / 1e3, "dur": (end - start) / 1e3, "args": args})
+                    start = end
             if "skip_ns" in e:
                 out.append({"ph": "i", "s": "t", "pid": PID, "tid": rank, "name": "skip",
-                            "ts": _us(e["skip_ns"] - t0),
+                            "ts": (e["skip_ns"] - t0) / 1e3,
                             "args": {"it": k, "to": e.get("skip_to"),
                                      "skipped": e.get("skipped")}})
     return {"traceEvents": out, "displayTimeUnit": "ms",
