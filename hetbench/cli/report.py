@@ -101,4 +101,46 @@ def reproduce_cmd(name: str, quick: bool, out: Path | None, force: bool) -> None
         sys.exit(1)
 
 
-COMMANDS: list[click.Command] = [report_cmd, compare_cmd, reproduce_cmd]
+@click.group("export")
+def export_cmd() -> None:
+    """Stored runs in other tools' formats (TensorBoard, Chrome/Perfetto traces)."""
+
+
+RUN_HELP = "Run id (or unique prefix) to export; repeatable. Default: every run."
+
+
+@export_cmd.command("tensorboard")
+@click.argument("results_dir", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path),
+              help="Log directory (default RESULTS_DIR/tensorboard): a subdirectory per run.")
+@click.option("--run", "runs", multiple=True, help=RUN_HELP)
+def export_tensorboard_cmd(results_dir: Path, out: Path | None, runs: tuple[str, ...]) -> None:
+    """TensorBoard event files: test and training loss, throughput, time shares, hparams."""
+    from hetbench.reports.load import select_run_dirs
+    from hetbench.reports.tensorboard import export_tensorboard
+
+    chosen = select_run_dirs(results_dir, runs)
+    out = out if out is not None else results_dir / "tensorboard"
+    for path in export_tensorboard(chosen, out):
+        click.echo(f"tensorboard: {path}")
+    click.echo(f"view with: tensorboard --logdir {out}")
+
+
+@export_cmd.command("trace")
+@click.argument("results_dir", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path),
+              help="Directory for <run id>.json (default RESULTS_DIR/traces).")
+@click.option("--run", "runs", multiple=True, help=RUN_HELP)
+def export_trace_cmd(results_dir: Path, out: Path | None, runs: tuple[str, ...]) -> None:
+    """Chrome trace event JSON of whole runs, for ui.perfetto.dev or chrome://tracing."""
+    from hetbench.reports.load import select_run_dirs
+    from hetbench.reports.trace import write_trace
+
+    chosen = select_run_dirs(results_dir, runs)
+    out = out if out is not None else results_dir / "traces"
+    out.mkdir(parents=True, exist_ok=True)
+    for run_dir in chosen:
+        click.echo(f"trace: {write_trace(run_dir, out / f'{run_dir.name}.json')}")
+
+
+COMMANDS: list[click.Command] = [report_cmd, compare_cmd, reproduce_cmd, export_cmd]

@@ -7,6 +7,8 @@ DataFrames it and `load_evals` return, never of live processes or of files read 
     targets.py    convergence targets and time to target
     tables.py     throughput (flat and Prague-slides layout), time to target, markdown
     plots.py      seaborn convergence plots;  timeline.py  per-worker Gantt of one run
+    trace.py      timeline.json: a whole run as Chrome trace events (Perfetto)
+    waits.py      who waited for whom, from the event logs;  tensorboard.py  bench export
     html.py       the self-contained report.html;  report.py  `bench report` (all of the above)
     compare.py    `bench compare`;  published.py + reproduce.py  `bench reproduce`
 """

@@ -10,6 +10,7 @@ import pandas as pd
 from hetbench.core.config import SCHEMA_VERSION
 from hetbench.core.record import run_dirs
 from hetbench.core.store import read_json, read_jsonl
+from hetbench.errors import UserError
 
 CONFIG_COLUMNS = ("algorithm", "workload", "workers", "slowdown", "seed", "iterations",
                   "seconds", "pace_ms", "warmup_iterations", "eval_interval_s", "matrix",
@@ -109,3 +110,25 @@ def load_env(run_dir: str | Path) -> dict[str, Any]:
         return read_json(path)
     except (OSError, ValueError):
         return {}
+
+
+def select_run_dirs(results_dir: str | Path, wanted: tuple[str, ...] = ()) -> list[Path]:
+    """The run directories under `results_dir` (a results directory or one run's), or those
+    whose id starts with one of `wanted`; UserError for a missing directory or an id that
+    matches no run or several."""
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise UserError(f"results directory {results_dir} does not exist; run `bench run` first")
+    found = run_dirs(results_dir)
+    if not found:
+        raise UserError(f"no runs under {results_dir}; run `bench run --out {results_dir}` first")
+    if not wanted:
+        return found
+    chosen = []
+    for prefix in wanted:
+        match = [d for d in found if d.name.startswith(prefix)]
+        if len(match) != 1:
+            raise UserError(f"--run {prefix!r} matches {len(match)} runs under {results_dir}; "
+                            "give one run id (a directory name there)")
+        chosen.append(match[0])
+    return chosen

@@ -24,6 +24,15 @@ from hetbench.reports.tables import (
 )
 from hetbench.reports.targets import Target, resolve_targets
 from hetbench.reports.timeline import choose_run, timeline_plot
+from hetbench.reports.trace import write_trace
+from hetbench.reports.waits import (
+    RULES,
+    RunWaits,
+    run_waits,
+    waits_heatmap,
+    waits_long,
+    waits_summary,
+)
 
 #: Columns of report.csv (the first six are a stable interface; scripts read them).
 CSV_COLUMNS = ["algorithm", "workload", "workers", "slowdown", "throughput",
@@ -54,8 +63,11 @@ class Report:
     targets: dict[str, Target]
     time_to_target: pd.DataFrame
     extra: tuple[Section, ...] = ()
-    #: run_id drawn in timeline.png, once drawn.
+    #: run_id drawn in timeline.png (and traced in timeline.json), once drawn.
     timeline_of: str | None = None
+    #: Who waited for whom in every ok run, and the detail of the timeline's run.
+    waits: tuple[RunWaits, ...] = ()
+    waits_detail: RunWaits | None = None
 
     @property
     def failed(self) -> pd.DataFrame:
@@ -172,12 +184,21 @@ def write_report(results_dir: Path, baseline: str = "allreduce",
     write_text_atomic(paths["time_to_target_csv"], report.time_to_target.to_csv(index=False))
     for i, path in enumerate(convergence_plots(report.evals, out, baseline, report.targets)):
         paths[f"plot{i}"] = path
-    if timeline_run or (report.runs["status"] == "ok").any():
+    ok = report.runs[report.runs["status"] == "ok"]
+    report.waits = tuple(run_waits(run_dir) for run_dir in ok["run_dir"])
+    paths["waits_csv"] = out / "waits.csv"
+    write_text_atomic(paths["waits_csv"], waits_long(list(report.waits)).to_csv(index=False))
+    if timeline_run or not ok.empty:
         run = choose_run(report.runs, baseline, timeline_run)
         warmup = run.get("warmup_iterations")
         paths["timeline"] = timeline_plot(run["run_dir"], out / "timeline.png",
                                           5 if pd.isna(warmup) else int(warmup))
+        paths["trace"] = write_trace(run["run_dir"], out / "timeline.json")
         report.timeline_of = run["run_id"]
+        detail = next((w for w in report.waits if w.run_id == run["run_id"]), None)
+        if detail is not None and detail.attributed and not detail.table.empty:
+            report.waits_detail = detail
+            paths["waits_png"] = waits_heatmap(detail, out / "waits.png")
     images = [p for k, p in paths.items() if k.startswith("plot") or k == "timeline"]
     paths["md"] = out / "report.md"
     write_text_atomic(paths["md"], markdown(report, images))
@@ -213,6 +234,13 @@ def markdown(report: Report, images: list[Path]) -> str:
     for slowdown, block in report.flagged_blocks().items():
         parts += ["", f"### slowdown: {slowdown}", "", to_markdown(block)]
     parts += ["", "## Synchronization health", "", SYNC_TEXT, "", to_markdown(report.health())]
+    if report.waits:
+        parts += ["", "## Who waited for whom", "", waits_text(report), "",
+                  to_markdown(waits_summary(list(report.waits)))]
+        detail = report.waits_detail
+        if detail is not None:
+            parts += ["", f"### Run {detail.run_id}", "", WAITS_DETAIL_TEXT, "",
+                      to_markdown(detail.per_worker()), "", "![waits](waits.png)"]
     parts += ["", "## Throughput (samples/s)", "", to_markdown(report.throughput)]
     parts += ["", "## Time to target", "", TTT_TEXT.format(baseline=baseline), ""]
     parts.append(to_markdown(report.time_to_target) if not report.time_to_target.empty
@@ -258,6 +286,16 @@ def html_page(report: Report, images: list[Path]) -> Page:
     page.heading("Synchronization health")
     page.paragraph(SYNC_TEXT, "note")
     page.table(report.health())
+    if report.waits:
+        page.heading("Who waited for whom")
+        page.paragraph(waits_text(report), "note")
+        page.table(waits_summary(list(report.waits)))
+        detail = report.waits_detail
+        if detail is not None:
+            page.heading(f"Run {detail.run_id}", 3)
+            page.paragraph(WAITS_DETAIL_TEXT, "note")
+            page.table(detail.per_worker())
+            page.image(report.results_dir / "waits.png", "who waited for whom")
     page.heading("Throughput (samples/s)")
     page.table(report.throughput)
     page.heading("Time to target")
@@ -301,7 +339,35 @@ NO_EVALS = ("No ok run has evaluations (failed runs have none; emulated compute 
             "throughput only).")
 TIMELINE_TEXT = (
     "Timeline of run {run}: each worker's compute, injected slowdown, waiting and communication "
-    "per iteration (`bench report --timeline RUN_ID` draws another run).")
+    "per iteration (`bench report --timeline RUN_ID` draws another run). The whole run is in "
+    "timeline.json beside this report: open it in ui.perfetto.dev or chrome://tracing "
+    "(`bench export trace` writes it for any run).")
+WAITS_TEXT = (
+    "Each worker's waiting over the whole run, attributed to the worker whose arrival ended it "
+    "(arrival = when its gradient or model was ready: the end of its compute and injected "
+    "slowdown). `most_waited_on` is the worker most of it was spent on, `share_on_it` its share "
+    "of the run's waiting; `*` marks a slowed worker (its injected slowdown is over twice the "
+    "median of the other workers' and over 10% of its compute). waits.csv has every (run, "
+    "worker, waited-on) pair. Rules: {rules}.")
+RULE_NAMES = {"all": "all-worker collectives (allreduce, ps-sync)", "group": "groups (prague)",
+              "neighbours": "graph neighbours (dpsgd)", "peer": "one peer (adpsgd)"}
+WAITS_DETAIL_TEXT = (
+    "Per worker: seconds waited, on whom (`unattributed_s`: waiting the rule cannot pin on a "
+    "worker, e.g. transfer after everyone had arrived); the heatmap has a row per waiting worker "
+    "and a column per worker waited on.")
+
+
+def waits_text(report: Report) -> str:
+    """WAITS_TEXT with the rules of the runs in this report, and why some are not attributed."""
+    used = {w.rule for w in report.waits if w.rule}
+    rules = "; ".join(f"{RULE_NAMES[r]}: {RULES[r]}" for r in RULES if r in used) or "none apply"
+    text = WAITS_TEXT.format(rules=rules)
+    # One line per reason (several runs of one algorithm share it).
+    skipped = {w.reason: w.algorithm for w in report.waits if not w.rule}
+    if skipped:
+        text += " Not attributed: " + "; ".join(
+            f"{algorithm}: {reason}" for reason, algorithm in skipped.items()) + "."
+    return text
 
 
 def metadata(runs: pd.DataFrame) -> pd.DataFrame:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+RESULTS = Path(__file__).resolve().parents[1] / "fixtures" / "results"
 BASE = ["run", "--workloads", "mlp-digits", "--workers", "2", "--iterations", "20"]
 
 
@@ -110,13 +111,17 @@ def cases(tmp_path):
         "unwritable output": ([*BASE, "--algorithms", "allreduce", "--out",
                                str(a_file / "sub")], "not writable"),
         "report of missing dir": (["report", str(tmp_path / "nothing")], "does not exist"),
+        "export of missing dir": (["export", "trace", str(tmp_path / "nothing")],
+                                  "does not exist"),
+        "export of unknown run": (["export", "tensorboard", str(RESULTS), "--out",
+                                   str(tmp_path / "tb"), "--run", "nope"], "matches 0 runs"),
         "unknown flag": (["run", "--algorithm", "allreduce"], "No such option"),
     }
 
 
 #: Cases `make test` runs; the rest (each a real CLI start, seconds apiece) run under CI.
 QUICK = {"unknown algorithm", "one worker", "malformed toml", "missing data dir",
-         "group size above workers", "unknown slowdown"}
+         "group size above workers", "unknown slowdown", "export of unknown run"}
 
 
 @pytest.fixture(scope="module")

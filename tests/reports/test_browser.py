@@ -82,12 +82,13 @@ def test_report_html_in_headless_chromium(results, tmp_path):
     found, console = probe(tmp_path, html)
     assert found["errors"] == [] and console == []
     pngs = [p for p in paths.values() if p.suffix == ".png"]
-    assert len(found["images"]) == len(pngs) == 3
+    assert len(found["images"]) == len(pngs) == 4  # 2 convergence, timeline, who waited
     for image in found["images"]:
         assert image["width"] > 0 and image["height"] > 0, image
     # Time-to-target speedups, Prague blocks (none, prob:3), synchronization health,
-    # throughput, time to target, runs not ok, metadata.
-    assert len(found["tables"]) == 8 and all(rows >= 2 for rows in found["tables"])
+    # who waited for whom (runs, and the timeline's run per worker), throughput, time to
+    # target, runs not ok, metadata.
+    assert len(found["tables"]) == 10 and all(rows >= 2 for rows in found["tables"])
     assert found["title"].startswith("hetbench report")
     shot = tmp_path / "report.png"
     result = chromium(tmp_path, paths["html"], f"--screenshot={shot}", "--window-size=1280,3000")

@@ -33,7 +33,7 @@ def test_write_report_writes_every_file(results):
     paths = write_report(results, targets={"mlp-digits": Target("accuracy", 0.6)})
     names = {p.name for p in paths.values()}
     assert {"report.csv", "report.md", "report.html", "time_to_target.csv", "timeline.png",
-            "convergence-mlp-digits-w2-time.png",
+            "timeline.json", "waits.csv", "waits.png", "convergence-mlp-digits-w2-time.png",
             "convergence-mlp-digits-w2-iterations.png"} == names
     for path in paths.values():
         assert path.is_file() and path.stat().st_size > 0
@@ -67,7 +67,7 @@ def test_html_is_self_contained_with_every_image(default_report):
     page = paths["html"].read_text()
     images = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
     pngs = [p for p in paths.values() if p.suffix == ".png"]
-    assert len(images) == len(pngs) == 3
+    assert len(images) == len(pngs) == 4
     for data in images:
         width, height = png_size(base64.b64decode(data))
         assert width > 100 and height > 100

@@ -1,0 +1,371 @@
+"""Who waited for whom: each worker's waiting in a run, attributed to the worker it waited on.
+
+The event logs say, per step, how long a worker was blocked (wait_s; for collectives the time
+is inside comm_s) and whom it synchronized with (every worker, its group, its neighbours, the peer
+it asked). A worker's *arrival* at a step is when its gradient or model was ready to send:
+t_start + compute_s + slowdown_s (the harness stamps t_sync there and logs the two phases before
+it, so this is exact to the nanosecond, on one clock: multi-node runs need synchronized clocks).
+The rule per kind of synchronization (RULES, quoted in the report):
+
+- all workers (allreduce with impl=buckets, ps-sync): a step of iteration k meets every worker's
+  step k. Every worker waits for the last arrival; its waiting is last arrival - own arrival
+  (capped at its step's length), attributed to that last worker. allreduce logs no wait_s (the
+  wait is inside comm_s), so here the waiting is inferred from the arrivals.
+- groups (prague-*): the members of one P-Reduce (same group_id, or same schedule step and
+  members) wait for the member that entered it last. Each member's logged wait_s is exactly
+  the last member's entry stamp minus its own (PragueBase.p_reduce), so the last member is the
+  one with the smallest wait_s; every other member's wait_s is attributed to it.
+- neighbours (dpsgd): worker i's step k waits for its graph neighbours' steps k. Its logged
+  wait_s up to the latest neighbour arrival is attributed to that neighbour; the rest (after
+  everyone had arrived) is transfer time, left unattributed.
+- one peer (adpsgd): an active worker's wait_s is the round trip of its averaging request, ended
+  by the reply of the passive peer it asked (event field `peer`): attributed to that peer. A
+  passive worker waits only for its own serving thread's lock: unattributed.
+
+Not attributed (NOT_ATTRIBUTED says why): hop, ps-async, allreduce with impl=ddp/horovod, and any
+algorithm whose log does not say whom it met. Waiting that a rule cannot pin on a worker is
+counted as UNATTRIBUTED, never guessed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from hetbench.core.store import read_json, read_jsonl
+
+#: The waited_on value of waiting that no worker's arrival explains.
+UNATTRIBUTED = -1
+#: Seconds below which a difference of float stamps is rounding, not waiting (1 ns).
+EPS = 1e-9
+NAN = float("nan")
+
+RULES = {
+    "all": "every worker waits for the last arrival at each iteration (arrival = the end of "
+           "compute + injected slowdown); its waiting, last arrival - own arrival (inferred: "
+           "the log counts it inside comm_s), is attributed to the last worker",
+    "group": "each member's logged wait in a P-Reduce is attributed to the member that entered "
+             "it last (the one with the smallest logged wait; P-Reduces of a group whose other "
+             "members' steps are not in the log, e.g. drained after training, are unattributed)",
+    "neighbours": "a worker's logged wait at iteration k is attributed to the neighbour whose "
+                  "step k arrived last, up to that arrival; the rest is transfer, unattributed",
+    "peer": "an active worker's logged wait is attributed to the passive peer it asked (whose "
+            "reply ended it); a passive worker's wait for its own serving thread is "
+            "unattributed",
+}
+
+NOT_ATTRIBUTED = {
+    "hop": "its wait_s adds the wait for neighbour updates (with backup workers and bounded "
+           "staleness any subset may end it) and the wait for tokens of the iteration gap, and "
+           "the log does not split them",
+    "ps-async": "a worker waits only for the server's reply to its own gradient, never for "
+                "another worker",
+    "ddp": "allreduce with impl=ddp/horovod overlaps the all-reduce with backward, so the wait "
+           "falls inside compute_s and arrivals are not logged",
+}
+
+
+@dataclass
+class RunWaits:
+    """One run's attributed waiting: `table` has a row per (worker, waited_on) with seconds."""
+
+    run_id: str
+    algorithm: str
+    workers: int
+    rule: str | None
+    reason: str | None = None
+    table: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: Injected slowdown seconds per worker (for marking the slowed ones).
+    slowdown_s: dict[int, float] = field(default_factory=dict)
+    #: Compute seconds per worker (a slowdown stands out only against it).
+    compute_s: dict[int, float] = field(default_factory=dict)
+    #: (rank, iteration) -> (waited_on, seconds), for the trace's span args.
+    per_step: dict[tuple[int, int], tuple[int, float]] = field(default_factory=dict)
+
+    @property
+    def attributed(self) -> bool:
+        return self.rule is not None
+
+    def slowed(self) -> set[int]:
+        """Workers whose injected slowdown stands out: more than twice the median of the other
+        workers' and over 10% of their own compute (a det:/trace: straggler; prob: slows
+        everyone alike, so it marks none)."""
+        marked = set()
+        for rank, seconds in self.slowdown_s.items():
+            others = sorted(s for r, s in self.slowdown_s.items() if r != rank)
+            if not others:
+                continue
+            middle = len(others) // 2
+            median = others[middle] if len(others) % 2 else (others[middle - 1]
+                                                             + others[middle]) / 2
+            if seconds > 2 * median and seconds > 0.1 * self.compute_s.get(rank, 0.0):
+                marked.add(rank)
+        return marked
+
+    def matrix(self) -> pd.DataFrame:
+        """Seconds waited: a row per waiting worker, a column per worker waited on (and one for
+        unattributed waiting when there is any)."""
+        if self.table.empty:
+            return pd.DataFrame()
+        pivot = self.table.pivot_table(index="worker", columns="waited_on", values="wait_s",
+                                       aggfunc="sum", fill_value=0.0)
+        ranks = range(self.workers)
+        columns = [*ranks, *([UNATTRIBUTED] if UNATTRIBUTED in pivot.columns else [])]
+        return pivot.reindex(index=ranks, columns=columns, fill_value=0.0)
+
+    def per_worker(self) -> pd.DataFrame:
+        """A row per worker: seconds waited, the worker most waited on and its share, and every
+        worker waited on with its seconds."""
+        matrix = self.matrix()
+        slowed = self.slowed()
+        rows = []
+        for worker in range(self.workers):
+            waited = matrix.loc[worker] if not matrix.empty else pd.Series(dtype=float)
+            total = float(waited.sum())
+            on = waited.drop(UNATTRIBUTED, errors="ignore")
+            on = on[on > 0].sort_values(ascending=False)
+            top = int(on.index[0]) if len(on) else None
+            rows.append({
+                "worker": f"{worker}{' *' if worker in slowed else ''}",
+                "injected_slowdown_s": self.slowdown_s.get(worker, 0.0),
+                "waited_s": total,
+                "most_waited_on": "" if top is None else
+                                  f"{top}{' *' if top in slowed else ''}",
+                "share_on_it": float(on.iloc[0]) / total if top is not None and total else NAN,
+                "unattributed_s": float(waited.get(UNATTRIBUTED, 0.0)),
+                "waited_on": ", ".join(f"{int(r)}: {s:.3g} s" for r, s in on.items()),
+            })
+        return pd.DataFrame(rows)
+
+
+def _rule_of(config: dict[str, Any], events: dict[int, list[dict]]) -> tuple[str | None, str]:
+    """(rule, "") for a run whose log supports one, else (None, why not)."""
+    algorithm = config.get("algorithm", "")
+    if algorithm == "allreduce":
+        impl = (config.get("algorithm_options") or {}).get("impl", "buckets")
+        return ("all", "") if impl == "buckets" else (None, NOT_ATTRIBUTED["ddp"])
+    if algorithm == "ps-sync":
+        return "all", ""
+    if algorithm == "dpsgd":
+        return "neighbours", ""
+    if algorithm == "adpsgd":
+        return "peer", ""
+    if algorithm in NOT_ATTRIBUTED:
+        return None, NOT_ATTRIBUTED[algorithm]
+    if any("group" in e for rank_events in events.values() for e in rank_events[:1]):
+        return "group", ""  # prague-* and any plugin that logs its P-Reduce members
+    return None, "its log does not say which workers each step synchronized with"
+
+
+def _arrival(e: dict) -> float:
+    """ns at which the worker entered the step (its gradient/model ready to send)."""
+    return e["t_start"] + (e.get("compute_s", 0.0) + e.get("slowdown_s", 0.0)) * 1e9
+
+
+def _step_s(e: dict) -> float:
+    return e.get("wait_s", 0.0) + e.get("comm_s", 0.0)
+
+
+def _all(events: dict[int, list[dict]]):
+    """Waits of a collective over every worker, iteration by iteration."""
+    by_iteration: dict[int, dict[int, dict]] = defaultdict(dict)
+    for rank, rank_events in events.items():
+        for e in rank_events:
+            by_iteration[e["iteration"]][rank] = e
+    for iteration, met in by_iteration.items():
+        if len(met) < len(events):
+            continue  # not every worker logged it (a run cut short): no meeting to judge
+        last = max(met, key=lambda r: _arrival(met[r]))
+        latest = _arrival(met[last])
+        for rank, e in met.items():
+            if rank != last:
+                waited = min((latest - _arrival(e)) / 1e9, _step_s(e))
+                if waited > EPS:
+                    yield rank, iteration, last, waited
+
+
+def _group(events: dict[int, list[dict]]):
+    meetings: dict[Any, list[tuple[int, dict]]] = defaultdict(list)
+    for rank, rank_events in events.items():
+        for e in rank_events:
+            members = tuple(sorted(set(e.get("group") or ())))
+            if len(members) < 2:
+                continue
+            key = (("id", e["group_id"]) if "group_id" in e else
+                   ("step", e.get("schedule_step", e["iteration"]), members))
+            meetings[key].append((rank, e))
+    for met in meetings.values():
+        members = set(met[0][1]["group"])
+        if {rank for rank, _ in met} != members or len(met) != len(members):
+            for rank, e in met:  # a member's side is not in the log (drained after training)
+                if e.get("wait_s", 0.0) > EPS:
+                    yield rank, e["iteration"], UNATTRIBUTED, e["wait_s"]
+            continue
+        last, _ = min(met, key=lambda m: (m[1].get("wait_s", 0.0), -_arrival(m[1])))
+        for rank, e in met:
+            waited = e.get("wait_s", 0.0)
+            if waited > EPS:
+                yield rank, e["iteration"], (last if rank != last else UNATTRIBUTED), waited
+
+
+def _neighbours(events: dict[int, list[dict]], graph):
+    arrivals = {rank: {e["iteration"]: _arrival(e) for e in rank_events}
+                for rank, rank_events in events.items()}
+    for rank, rank_events in events.items():
+        for e in rank_events:
+            waited = e.get("wait_s", 0.0)
+            if waited <= EPS:
+                continue
+            k, own = e["iteration"], _arrival(e)
+            theirs = {j: arrivals.get(j, {}).get(k) for j in graph[rank]}
+            if any(t is None for t in theirs.values()):
+                yield rank, k, UNATTRIBUTED, waited
+                continue
+            last = max(theirs, key=theirs.get)
+            on_last = min(max(0.0, (theirs[last] - own) / 1e9), waited)
+            if on_last > EPS:
+                yield rank, k, last, on_last
+            if waited - on_last > EPS:
+                yield rank, k, UNATTRIBUTED, waited - on_last
+
+
+def _peer(events: dict[int, list[dict]]):
+    for rank, rank_events in events.items():
+        for e in rank_events:
+            waited = e.get("wait_s", 0.0)
+            if waited > EPS:
+                yield rank, e["iteration"], int(e["peer"]) if "peer" in e else UNATTRIBUTED, waited
+
+
+def _graph(config: dict[str, Any]):
+    from hetbench.algorithms.dpsgd import gossip_graph
+    from hetbench.core.config import RunConfig
+
+    run = RunConfig.from_dict(config)
+    return gossip_graph(run.algorithm_config(), run.workers)
+
+
+def load_rank_events(run_dir: Path) -> dict[int, list[dict]]:
+    """Each worker's events in iteration order (torn lines skipped, as every reader does)."""
+    events = {}
+    for path in Path(run_dir).glob("events.rank*.jsonl"):
+        rank = int(path.name.removeprefix("events.rank").split(".")[0])
+        records, _ = read_jsonl(path)
+        events[rank] = sorted(records, key=lambda e: e["iteration"])
+    return dict(sorted(events.items()))
+
+
+def run_waits(run_dir: str | Path, events: dict[int, list[dict]] | None = None) -> RunWaits:
+    """Attribute one run's waiting (`events`: its load_rank_events, when already read)."""
+    run_dir = Path(run_dir)
+    config = read_json(run_dir / "config.json")
+    events = load_rank_events(run_dir) if events is None else events
+    workers = int(config.get("workers", len(events)))
+    rule, reason = _rule_of(config, events)
+    result = RunWaits(run_dir.name, config.get("algorithm", ""), workers, rule, reason or None)
+    result.slowdown_s = {r: sum(e.get("slowdown_s", 0.0) for e in es) for r, es in events.items()}
+    result.compute_s = {r: sum(e.get("compute_s", 0.0) for e in es) for r, es in events.items()}
+    if rule is None or not events:
+        return result
+    if rule == "all":
+        found = _all(events)
+    elif rule == "group":
+        found = _group(events)
+    elif rule == "neighbours":
+        try:
+            graph = _graph(config)
+        except Exception as exc:  # an old or hand-edited config: say so rather than guess
+            result.rule, result.reason = None, f"its gossip graph cannot be rebuilt ({exc})"
+            return result
+        found = _neighbours(events, graph)
+    else:
+        found = _peer(events)
+    rows = []
+    for rank, iteration, on, seconds in found:
+        rows.append((rank, on, seconds))
+        if on != UNATTRIBUTED:
+            result.per_step[(rank, iteration)] = (on, seconds)
+    result.table = pd.DataFrame(rows, columns=["worker", "waited_on", "wait_s"])
+    if not result.table.empty:
+        result.table = result.table.groupby(["worker", "waited_on"], as_index=False)[
+            "wait_s"].sum()
+    return result
+
+
+def waits_long(all_waits: list[RunWaits]) -> pd.DataFrame:
+    """waits.csv: a row per (run, worker, waited_on) with seconds and whether each is slowed."""
+    frames = []
+    for w in all_waits:
+        if w.table.empty:
+            continue
+        frame = w.table.copy()
+        slowed = w.slowed()
+        frame.insert(0, "run_id", w.run_id)
+        frame["waited_on"] = frame["waited_on"].map(
+            lambda r: "unattributed" if r == UNATTRIBUTED else str(int(r)))
+        frame["worker_slowed"] = frame["worker"].isin(slowed)
+        frame["waited_on_slowed"] = frame["waited_on"].isin({str(r) for r in slowed})
+        frame["rule"] = w.rule
+        frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=["run_id", "worker", "waited_on", "wait_s", "worker_slowed",
+                                     "waited_on_slowed", "rule"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def waits_summary(all_waits: list[RunWaits]) -> pd.DataFrame:
+    """A row per run: its rule (or why none), total waiting, and the worker most waited on."""
+    rows = []
+    for w in all_waits:
+        row = {"run_id": w.run_id, "rule": w.rule or "not attributed"}
+        if w.attributed and not w.table.empty:
+            total = float(w.table["wait_s"].sum())
+            on = w.table[w.table["waited_on"] != UNATTRIBUTED].groupby("waited_on")[
+                "wait_s"].sum().sort_values(ascending=False)
+            slowed = w.slowed()
+            top = int(on.index[0]) if len(on) else None
+            row.update({
+                "waited_s": total,
+                "most_waited_on": "" if top is None else f"{top}{' *' if top in slowed else ''}",
+                "share_on_it": float(on.iloc[0]) / total if top is not None and total else NAN,
+                "unattributed_s": total - float(on.sum()),
+                "slowed": ", ".join(map(str, sorted(slowed))),
+            })
+        elif w.attributed:
+            row.update({"waited_s": 0.0, "slowed": ", ".join(map(str, sorted(w.slowed())))})
+        else:
+            row["why not"] = w.reason
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def waits_heatmap(waits: RunWaits, path: Path) -> Path:
+    """waits.png: seconds each worker (row) waited on each worker (column); slowed marked *."""
+    from hetbench.reports.plots import new_figure
+
+    matrix = waits.matrix()
+    slowed = waits.slowed()
+    labels = [f"{r} *" if r in slowed else str(r) for r in range(waits.workers)]
+    columns = [*labels, *(["?"] if UNATTRIBUTED in matrix.columns else [])]
+    size = 2.2 + 0.35 * len(columns)
+    fig = new_figure(size + 1.2, 1.6 + 0.35 * waits.workers)
+    ax = fig.subplots()
+    image = ax.imshow(matrix.to_numpy(), cmap="Oranges", aspect="auto")
+    ax.set_xticks(range(len(columns)), columns)
+    ax.set_yticks(range(waits.workers), labels)
+    ax.set_xlabel("waited on (? = unattributed)")
+    ax.set_ylabel("worker")
+    if waits.workers <= 16:
+        peak = float(matrix.to_numpy().max()) or 1.0
+        for (i, j), value in pd.DataFrame(matrix.to_numpy()).stack().items():
+            if value > 0:
+                ax.text(j, i, f"{value:.2g}", ha="center", va="center", fontsize=7,
+                        color="white" if value > 0.6 * peak else "black")
+    fig.colorbar(image, ax=ax, label="seconds waited")
+    ax.set_title(f"who waited for whom: {waits.run_id}\n(* = slowed worker)", fontsize=8)
+    fig.savefig(path)
+    return path
