@@ -151,6 +151,12 @@ def _rule_of(config: dict[str, Any], events: dict[int, list[dict]]) -> tuple[str
     if algorithm == "ps-sync":
         return "all", ""
     if algorithm == "dpsgd":
+        topology = (config.get("algorithm_options") or {}).get("topology", "ring")
+        from hetbench.algorithms.topologies import TIME_VARYING
+
+        if topology in TIME_VARYING:
+            return None, (f"its graph ({topology}) changes every iteration; only static "
+                          "graphs are attributed so far")
         return "neighbours", ""
     if algorithm == "adpsgd":
         return "peer", ""
