@@ -40,10 +40,12 @@ def replay(config: RunConfig, logs: dict, update_workers: list[list[int]]) -> np
 
 def test_each_update_is_the_mean_of_the_first_n_minus_b_gradients(tmp_path):
     # Worker 3 computes 5x slower: with one backup worker the three others fill every step,
-    # and each of worker 3's gradients arrives after its step closed.
+    # and each of worker 3's gradients arrives after its step closed. It ends its budget about
+    # 3 s after the others, longer than the 2 s a collective may wait: the others must not
+    # start the final evaluation's collectives without it (they would time out).
     fields = dict(algorithm="allreduce-backup", workload="mlp-digits", workers=WORKERS,
                   iterations=ITERATIONS, warmup_iterations=2, save_models=True, seed=3,
-                  slowdown="det:5@3", pace_ms=20,
+                  slowdown="det:5@3", pace_ms=50, comm_timeout_s=2.0,
                   workload_options={"lr": 0.2, "momentum": 0.9})
     summary = run_config(tmp_path, **fields)
     assert summary["status"] == "ok", summary["cause"]
