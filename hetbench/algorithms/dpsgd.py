@@ -81,8 +81,7 @@ class Exchange:
         offsets = topologies.exponential_offsets(self.n, k, self.peers)
         send_to = tuple((rank + d) % self.n for d in offsets)
         receive_from = tuple((rank - d) % self.n for d in offsets)
-        w = 1.0 / (len(offsets) + 1)
-        return send_to, receive_from, {rank: w, **dict.fromkeys(receive_from, w)}
+        return send_to, receive_from, topologies.time_varying_row(self.n, k, rank, self.peers)
 
 
 @torch.no_grad()

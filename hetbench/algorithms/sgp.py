@@ -85,9 +85,6 @@ class SGP(Algorithm):
             topologies.exponential_offsets(workers, 0, config.peers)
         except ValueError as exc:
             raise UserError(f"{cls.name}: {exc}") from None
-        if not 0 <= cls.max_delay_of(config) <= MAX_DELAY:
-            raise UserError(f"{cls.name}: max_delay must be in 0..{MAX_DELAY}, "
-                            f"got {cls.max_delay_of(config)}")
 
     @classmethod
     def summary_facts(cls, config, events, done):
@@ -95,13 +92,10 @@ class SGP(Algorithm):
         return {"ps_weight_min": min(weights, default=None),
                 "ps_weight_max": max(weights, default=None)}
 
-    @staticmethod
-    def max_delay_of(config) -> int:
-        return getattr(config, "max_delay", 0)
-
     def setup(self, ctx, model, optimizer):
         self.exchange = Exchange(None, ctx.workers, self.config.peers)
-        self.max_delay = self.max_delay_of(self.config)
+        # sgp waits for every message in its own iteration: a delay of 0.
+        self.max_delay = getattr(self.config, "max_delay", 0)
         #: The push-sum numerator and weight; the model holds x / w.
         self.x = flat_params(model).double()
         self.w = 1.0
@@ -201,6 +195,12 @@ class OSGP(SGP):
     Config = OSGPOptions
 
     @classmethod
+    def validate(cls, config, workers):
+        super().validate(config, workers)
+        if not 0 <= config.max_delay <= MAX_DELAY:
+            raise UserError(f"osgp: max_delay must be in 0..{MAX_DELAY}, got {config.max_delay}")
+
+    @classmethod
     def intended_sync_share(cls, config, workers):
         # Every message is mixed in, but a step may take none (they have not arrived) and a
         # later one several: the protocol guarantees one mixing step in max_delay + 1.
@@ -238,15 +238,11 @@ class OSGPSim(DPSGDSim):
         return Exchange(None, self.n, self.config.peers)
 
     def ready(self, w):
+        # w posts iteration k's receives, then D-PSGD's wake-ups: whoever waits for w's
+        # message or for w's receive of iteration k is among its partners of k.
         k = len(self.ready_at[w])
-        self.ready_at[w].append(self.eng.now)
         self.incoming[w].extend((k, j) for j in self.exchange.at(w, k)[1])
-        self.waiting[w] = True
-        self._try(w)
-        # Whoever waits for w's message or w's receive of iteration k.
-        for j in self._partners(w, k)[1]:
-            if self.waiting[j]:
-                self._try(j)
+        super().ready(w)
 
     def _try(self, x):
         k = self.eng.iteration[x]

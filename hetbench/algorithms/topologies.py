@@ -98,19 +98,17 @@ def one_peer_rounds(n: int) -> int:
 TIME_VARYING = ("one-peer-exponential",)
 
 
-def time_varying_mixing(n: int, k: int, peers: int = 1) -> list[dict[int, float]]:
-    """Row i maps each j that worker i mixes at iteration k (itself and its in-peers) to W_ij:
+def time_varying_row(n: int, k: int, rank: int, peers: int = 1) -> dict[int, float]:
+    """W_rank,j for each j that worker `rank` mixes at iteration k (itself and its in-peers):
     uniform 1 / (peers + 1), doubly stochastic since every shift is a permutation."""
     offsets = exponential_offsets(n, k, peers)
     w = 1.0 / (len(offsets) + 1)
-    rows = []
-    for i in range(n):
-        row: dict[int, float] = {i: w}
-        for d in offsets:
-            j = (i - d) % n
-            row[j] = row.get(j, 0.0) + w
-        rows.append(dict(sorted(row.items())))
-    return rows
+    return dict(sorted({rank: w, **{(rank - d) % n: w for d in offsets}}.items()))
+
+
+def time_varying_mixing(n: int, k: int, peers: int = 1) -> list[dict[int, float]]:
+    """Every row of the time-varying exponential graph's mixing matrix at iteration k."""
+    return [time_varying_row(n, k, i, peers) for i in range(n)]
 
 
 TOPOLOGIES: dict[str, Callable[[int], Graph]] = {

@@ -50,6 +50,8 @@ def cases(tmp_path):
                              "topology must be one of"),
         "time-varying graph for hop": (matrix(
             "h", '[algorithm.hop]\ntopology = "one-peer-exponential"', "hop"), "time-varying"),
+        "osgp negative delay": (matrix("m", "[algorithm.osgp]\nmax_delay = -1", "osgp"),
+                                "max_delay must be in 0..100"),
         "sgp peers above log2 n": (matrix("q", "[algorithm.sgp]\npeers = 3", "sgp"),
                                    "peers must be in 1..2"),
         "powersgd without ddp": (matrix(
