@@ -4,9 +4,10 @@ Three implementations of the same algorithm (option `impl`):
 
 - "buckets" (default): gradients are reduced in buckets of concatenated tensors after backward,
   through ctx.comm, so the event log separates compute from communication.
-- "ddp": torch's DistributedDataParallel, which overlaps the bucketed all-reduce with backward;
-  the communication then shows up inside compute_s. The reference implementation others are
-  checked against.
+- "ddp": torch's DistributedDataParallel, which overlaps the bucketed all-reduce with backward.
+  Compute ends (pace floor, injected slowdown) when the last bucket is ready, so the wait for
+  the last all-reduce is communication, not compute (harness/compute_end.py). The reference
+  implementation others are checked against.
 - "horovod": horovod.torch's DistributedOptimizer on horovod's own gloo controller (its hooks
   start each gradient's all-reduce during backward, step() waits for them). Horovod is not a
   dependency: `make horovod` builds it into .venv, and it is imported only when asked for.
@@ -33,6 +34,7 @@ from typing import Literal
 
 import torch
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powerSGD
 
 from hetbench.core.algorithm import Algorithm, StepInfo
@@ -98,6 +100,20 @@ class _DDP(nn.parallel.DistributedDataParallel):
             return super().__getattr__(name)
         except AttributeError:
             return getattr(self.module, name)
+
+
+def _ending_compute_first(ctx, hook):
+    """`hook` behind the harness's end of compute: the last bucket is ready once every
+    gradient is computed, and backward then blocks on its all-reduce, which must not be timed
+    (or slowed down) as compute. Earlier buckets' all-reduces overlap compute, as DDP intends."""
+
+    @functools.wraps(hook)
+    def ending_compute_first(state, bucket):
+        if bucket.is_last():
+            ctx.end_compute()
+        return hook(state, bucket)
+
+    return ending_compute_first
 
 
 class AllReduce(Algorithm):
@@ -169,7 +185,10 @@ class AllReduce(Algorithm):
                              bucket_cap_mb=self.config.bucket_mb)
             if self.config.compression == "powersgd":
                 self._powersgd = self._powersgd_state(ctx)
-                self._ddp.register_comm_hook(self._powersgd, powerSGD.powerSGD_hook)
+                state, hook = self._powersgd, powerSGD.powerSGD_hook
+            else:
+                state, hook = ctx.comm.group(ctx.worker_ranks), default_hooks.allreduce_hook
+            self._ddp.register_comm_hook(state, _ending_compute_first(ctx, hook))
         elif self.config.impl == "horovod":
             self._hvd_optimizer = self._horovod_setup(ctx, model, optimizer)
 

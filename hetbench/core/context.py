@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +27,10 @@ class WorkerContext:
     services: dict = field(default_factory=dict)
     #: True once the worker's budget is spent; async algorithms read it in finish().
     stopping: bool = False
+    #: Ends this iteration's compute (pace floor, injected slowdown); the harness calls it
+    #: after backward. An algorithm that communicates inside backward (a DDP hook) calls it
+    #: first, before that communication starts, so waiting is never timed as compute.
+    end_compute: Callable[[], None] = lambda: None
     extra: dict = field(default_factory=dict)
 
     @property

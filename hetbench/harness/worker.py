@@ -38,6 +38,7 @@ from hetbench.core.target import parse_target
 from hetbench.core.tensors import flat_params, params_of, set_flat_params
 from hetbench.core.workload import Workload
 from hetbench.errors import UserError
+from hetbench.harness.compute_end import ComputeEnd
 
 #: Snapshots kept per worker; beyond this the snapshot stride doubles (older odd ticks dropped).
 MAX_SNAPSHOTS = 48
@@ -222,9 +223,8 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
            history: History | None = None) -> int:
     """Train until the budget is spent; returns the worker's final iteration counter."""
     rank, comm, device = ctx.rank, ctx.comm, ctx.device
-    injector = config.injector()
     options = config.workload_config()
-    pace_s = config.pace_ms / 1000
+    end_compute = ctx.end_compute = ComputeEnd(config.injector(), rank, config.pace_ms / 1000)
     batch_size = options.batch_size
     agree_on_stop = algorithm.synchronous and config.seconds is not None
     fault = parse_fault(config.fault, config.workers)
@@ -260,7 +260,8 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
                 snapshots.maybe_take(elapsed_s, iteration, model) if snapshots else 0.0)
             kept_s = 0.0
 
-            t_start = time.time_ns()
+            end_compute.begin(iteration, elapsed_s)
+            t_start = end_compute.t_start_ns
             if batches is None:
                 time.sleep(options.compute_ms / 1000)
                 loss_value = float("nan")
@@ -268,18 +269,14 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
                 x, y = next(batches)
                 optimizer.zero_grad()  # set_to_none: no fill_ per parameter, as a plain loop
                 loss = workload.loss(net, (x.to(device), y.to(device)))
-                loss.backward()
+                loss.backward()  # DDP's hook may end compute in here (see compute_end.py)
                 loss_value = loss.item()  # also waits for a GPU to finish the step
-            compute_s = (time.time_ns() - t_start) / 1e9
-            if compute_s < pace_s:
-                time.sleep(pace_s - compute_s)
-                compute_s = pace_s
-            slowdown_s = injector.delay_s(rank, iteration, elapsed_s, compute_s)
-            if slowdown_s > 0:
-                time.sleep(slowdown_s)
+            end_compute()
+            compute_s = end_compute.compute_s
             if fault:
                 fault.maybe_fire(rank, iteration)
-            t_sync = time.time_ns()
+            # Communication that started inside backward counts from end_compute on.
+            t_sync = end_compute.t_end_ns
             info = algorithm.step(ctx, model, optimizer)
             t_end = time.time_ns()
             step_s = (t_end - t_sync) / 1e9

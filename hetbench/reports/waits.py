@@ -64,8 +64,8 @@ NOT_ATTRIBUTED = {
            "the log does not split them",
     "ps-async": "a worker waits only for the server's reply to its own gradient, never for "
                 "another worker",
-    "ddp": "allreduce with impl=ddp/horovod overlaps the all-reduce with backward, so the wait "
-           "falls inside compute_s and arrivals are not logged",
+    "ddp": "allreduce with impl=ddp/horovod overlaps the all-reduce with backward; the wait "
+           "is in comm_s, but who arrived last is not logged",
 }
 
 

@@ -6,7 +6,7 @@ import torch
 
 from hetbench.core.config import RunConfig
 from hetbench.core.tensors import flat_params
-from tests.helpers import final_models, run_config
+from tests.helpers import events, final_models, run_config
 
 WORKERS = 4
 ITERATIONS = 12
@@ -82,3 +82,28 @@ def test_powersgd_at_full_rank_reproduces_uncompressed_allreduce(tmp_path):
     assert np.abs(low[0] - plain[0]).max() > 1e-3, "rank 1 should not reproduce the full average"
     for params in low[1:]:
         np.testing.assert_allclose(params, low[0], atol=1e-6)  # still one model everywhere
+
+
+@pytest.mark.parametrize("compression", ["none", "powersgd"])
+def test_ddp_times_the_wait_for_a_straggler_as_communication_not_compute(tmp_path, compression):
+    # DDP blocks inside backward on the last bucket's all-reduce. Were that wait timed as
+    # compute, the fast workers' compute would be the straggler's 5x, and a prob:k slowdown
+    # would multiply waits already spent on other stragglers (the compounding delays that
+    # timed out the 8-worker PowerSGD baseline under prob:5).
+    pace_s = 0.04
+    fields = dict(algorithm="allreduce", workload="mlp-digits", workers=3, iterations=10,
+                  warmup_iterations=2, seed=5, pace_ms=pace_s * 1000, slowdown="det:5@0",
+                  algorithm_options={"impl": "ddp", "compression": compression})
+    summary = run_config(tmp_path, **fields)
+    assert summary["status"] == "ok", summary["cause"]
+    logs = events(tmp_path, 3)
+    for rank in (1, 2):
+        steps = logs[rank][2:]
+        compute = np.median([e["compute_s"] for e in steps])
+        waited = np.median([e["comm_s"] + e["wait_s"] for e in steps])
+        assert compute < 2 * pace_s, f"rank {rank} timed its wait as compute ({compute:.3f} s)"
+        assert waited > 2 * pace_s, f"rank {rank}'s wait for the straggler is missing ({waited})"
+    straggler = logs[0][2:]
+    for e in straggler:  # its own 4 x compute, nothing of anyone's wait
+        assert e["compute_s"] < 2 * pace_s
+        assert e["slowdown_s"] == pytest.approx(4 * e["compute_s"], rel=0.25)
