@@ -1,4 +1,4 @@
-"""`bench`: list | run | report.
+"""`bench`: list | run | tune | report | sim.
 
 Bad input prints one line (`error: ...`) and exits with code 2; `--debug` shows the traceback.
 """
@@ -6,13 +6,13 @@ Bad input prints one line (`error: ...`) and exits with code 2; `--debug` shows 
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import click
 
 from hetbench.cli.flags import matrix_flags
-from hetbench.core.signals import exit_code, interrupted_cause, stop_on_signals
+from hetbench.cli.running import run_with_progress, variant_names_of
+from hetbench.core.signals import exit_code, stop_on_signals
 from hetbench.errors import UserError
 
 EXIT_BAD_INPUT = 2
@@ -67,8 +67,8 @@ def list_cmd(options: bool) -> None:
 @cli.command("run")
 @matrix_flags
 @click.option("--out", type=click.Path(path_type=Path), help="Results directory.")
-@click.option("--launcher", help="Who starts the ranks: local (default), torchrun or mpi "
-              "(see docs/multi-node.md).")
+@click.option("--launcher", help="Who starts the ranks: local (default), torchrun, mpi or "
+              "slurm (see docs/multi-node.md).")
 @click.option("--force", is_flag=True, help="Rerun runs that already finished.")
 @click.option("--dry-run", is_flag=True, help="List the runs the matrix expands to, run nothing.")
 @click.option("--prepare", is_flag=True, help="Multi-node: only write each run's directory and "
@@ -85,8 +85,9 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
     out_dir = out or Path("results") / str(spec["name"])
     check_writable(out_dir)
     if dry_run:
+        names = variant_names_of(configs)
         for config in configs:
-            click.echo(f"{config.run_id}  {config.label()}")
+            click.echo(f"{config.run_id}  {config.label(names[config.run_id])}")
         return
     from hetbench.core.store import write_json_atomic
 
@@ -95,7 +96,11 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
     if prepare:
         _prepare(configs, out_dir, force)
         return
-    _run_with_progress(configs, out_dir, force)
+    if "tune" in spec:
+        click.echo("note: this matrix has a [tune] table; bench run runs its options as given, "
+                   "`bench tune` runs the tuning trials", err=True)
+    if run_with_progress(configs, out_dir, force, {"slurm": spec.get("slurm")}):
+        sys.exit(1)
 
 
 def _prepare(configs, out_dir: Path, force: bool) -> None:
@@ -137,74 +142,14 @@ def summarize_cmd(run_dirs) -> None:
         sys.exit(1)
 
 
-def _run_with_progress(configs, out_dir: Path, force: bool) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from hetbench.harness.runner import run_matrix
-
-    console = Console(stderr=False)
-    failures = 0
-    console.print(escape(f"{len(configs)} run(s) -> {out_dir}"))
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True,
-                  disable=not console.is_terminal) as progress:
-        matrix_task = progress.add_task("matrix", total=len(configs))
-        run_task = progress.add_task("run", total=None, visible=False)
-        started = {}
-
-        def on_start(config):
-            started["t"] = time.time()
-            progress.update(run_task, description=config.label(), completed=0,
-                            total=None, visible=True)
-
-        def on_progress(done, expected):
-            progress.update(run_task, completed=done, total=expected or None)
-
-        def on_set_aside(config, what):
-            console.print(f"[yellow]rerun[/yellow] {escape(config.label())}: an earlier attempt "
-                          f"did not finish ({escape(what)})")
-
-        def on_done(outcome):
-            nonlocal failures
-            s = outcome.summary
-            progress.advance(matrix_task)
-            progress.update(run_task, visible=False)
-            # Causes quote library messages ("[/path/pair.cc:545] ..."): not rich markup.
-            label = escape(outcome.config.label())
-            if outcome.skipped:
-                console.print(f"[dim]skip[/dim] {label}: already finished")
-            elif s["status"] == "ok":
-                acc = s.get("final_test_accuracy")
-                acc_text = f", test acc {acc:.3f}" if acc is not None else ""
-                console.print(f"[green]ok[/green]   {label}: {s['throughput']:.1f} samples/s"
-                              f"{acc_text} ({s['wall_s']:.1f} s)")
-            else:
-                failures += 1
-                console.print(f"[red]FAIL[/red] {label}: {escape(str(s['cause']))}")
-
-        try:
-            run_matrix(configs, out_dir, force=force, on_start=on_start, on_done=on_done,
-                       on_progress=on_progress, on_set_aside=on_set_aside)
-        except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM or SIGHUP
-            console.print(f"[yellow]interrupted[/yellow] ({escape(interrupted_cause(exc))}): "
-                          "finished runs are kept; the running one is marked interrupted. "
-                          "Rerun the same command to resume.")
-            sys.exit(exit_code(exc))
-    console.print(escape(f"results in {out_dir}; `bench report {out_dir}` writes the report"))
-    if failures:
-        console.print(f"[red]{failures} of {len(configs)} run(s) failed[/red] (see summary.json)")
-        sys.exit(1)
-
-
 def _add_commands() -> None:
-    """The commands of cli/report.py (report / compare / reproduce) and cli/sim.py (sim), each
-    module exporting a COMMANDS list."""
+    """The commands of cli/report.py (report / compare / reproduce), cli/sim.py (sim) and
+    cli/tune.py (tune), each module exporting a COMMANDS list."""
     from hetbench.cli.report import COMMANDS as report_commands
     from hetbench.cli.sim import COMMANDS as sim_commands
+    from hetbench.cli.tune import COMMANDS as tune_commands
 
-    for command in [*report_commands, *sim_commands]:
+    for command in [*report_commands, *sim_commands, *tune_commands]:
         cli.add_command(command)
 
 

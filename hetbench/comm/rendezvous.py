@@ -5,6 +5,8 @@
   environment; with the c10d rendezvous the agent of node 0 already serves a store there.
 - mpi: mpi4py gives rank and size; rank 0 opens the store on a free port and broadcasts its
   address to the others (MPI is used for nothing else).
+- slurm: the task submitit started gives rank and size; rank 0 opens the store on a free port
+  and writes its address into the run directory (on the shared filesystem), the others read it.
 
 Every launcher ends in the same place: a rank, a world size and a store client, so the rest of
 the worker (Comm, algorithms) does not know who started it.
@@ -13,9 +15,12 @@ the worker (Comm, algorithms) does not know who started it.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import socket
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch.distributed as dist
 
@@ -77,12 +82,7 @@ def join_mpi(world_size: int, bind_host: str, timeout_s: float) -> Rendezvous:
     store = None
     address = None
     if rank == 0:
-        # Bind the socket ourselves: a free port with no race, on bind_host only.
-        listener = socket.create_server((bind_host, 0))
-        port = listener.getsockname()[1]
-        store = dist.TCPStore(bind_host, port, size, True, timeout=_timeout(timeout_s),
-                              wait_for_workers=False, master_listen_fd=listener.detach())
-        address = (advertised_host(bind_host), port)
+        store, address = _host_store(bind_host, size, timeout_s)
     host, port = comm.bcast(address, root=0)
     if store is None:
         store = dist.TCPStore(host, port, size, is_master=False, timeout=_timeout(timeout_s))
@@ -90,6 +90,48 @@ def join_mpi(world_size: int, bind_host: str, timeout_s: float) -> Rendezvous:
     local_rank = node.Get_rank()
     node.Free()
     return Rendezvous(rank, size, local_rank, store)
+
+
+def join_slurm(run_dir: Path, world_size: int, bind_host: str, timeout_s: float) -> Rendezvous:
+    """Rank, size and local rank from the SLURM launcher's task (RANK, WORLD_SIZE, LOCAL_RANK,
+    HETBENCH_JOB_ID); rank 0 hosts the store and writes its address into the run directory,
+    which every node of the job sees (the results live on a shared filesystem), the others
+    read it from there."""
+    missing = [k for k in ("RANK", "WORLD_SIZE", "HETBENCH_JOB_ID") if k not in os.environ]
+    if missing:
+        raise UserError(f"launcher slurm: {', '.join(missing)} not set; the run is started by "
+                        "`bench run --launcher slurm` (hetbench.harness.launch.slurm)")
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    _check_size(size, world_size, "the job's nodes x tasks per node")
+    # Named after the job: a file left by an earlier attempt of the run is never read.
+    address_file = Path(run_dir) / f"store.{os.environ['HETBENCH_JOB_ID']}.json"
+    if rank == 0:
+        store, (host, port) = _host_store(bind_host, size, timeout_s)
+        tmp = address_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"host": host, "port": port}))
+        os.replace(tmp, address_file)
+    else:
+        deadline = time.monotonic() + timeout_s
+        while not address_file.exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"launcher slurm: rank 0 did not publish the run's store in "
+                                   f"{timeout_s:.0f} s ({address_file} missing)")
+            time.sleep(0.05)
+        found = json.loads(address_file.read_text())
+        store = dist.TCPStore(found["host"], found["port"], size, is_master=False,
+                              timeout=_timeout(timeout_s))
+    return Rendezvous(rank, size, int(os.environ.get("LOCAL_RANK", rank)), store)
+
+
+def _host_store(bind_host: str, size: int, timeout_s: float
+                ) -> tuple[dist.TCPStore, tuple[str, int]]:
+    """Rank 0's store on a free port of bind_host, and the address peers dial."""
+    # Bind the socket ourselves: a free port with no race, on bind_host only.
+    listener = socket.create_server((bind_host, 0))
+    port = listener.getsockname()[1]
+    store = dist.TCPStore(bind_host, port, size, True, timeout=_timeout(timeout_s),
+                          wait_for_workers=False, master_listen_fd=listener.detach())
+    return store, (advertised_host(bind_host), port)
 
 
 def advertised_host(bind_host: str) -> str:

@@ -14,7 +14,7 @@ from hetbench.core.options import added_later_defaults, build_config
 from hetbench.errors import UserError
 
 SCHEMA_VERSION = 1
-LAUNCHERS = ("local", "torchrun", "mpi")
+LAUNCHERS = ("local", "torchrun", "mpi", "slurm")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,8 +37,9 @@ class RunConfig:
     #: Options of the algorithm / workload, defaults filled in once resolved.
     algorithm_options: dict[str, Any] = field(default_factory=dict)
     workload_options: dict[str, Any] = field(default_factory=dict)
-    #: Who starts the ranks: local subprocesses, torchrun (c10d rendezvous, multi-node) or mpirun.
-    launcher: Literal["local", "torchrun", "mpi"] = "local"
+    #: Who starts the ranks: local subprocesses, torchrun (c10d rendezvous, multi-node), mpirun,
+    #: or a SLURM job per run (submitit).
+    launcher: Literal["local", "torchrun", "mpi", "slurm"] = "local"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     #: Bound on every blocking communication; a dead or hung peer fails the run after this long.
     comm_timeout_s: float = 30.0
@@ -177,5 +178,8 @@ class RunConfig:
         return (f"{self.algorithm}-{self.workload}-w{self.workers}-{slow}-s{self.seed}-"
                 f"{self.config_hash}")
 
-    def label(self) -> str:
-        return f"{self.algorithm} {self.workload} w={self.workers} {self.slowdown} seed={self.seed}"
+    def label(self, name: str | None = None) -> str:
+        """One line for progress and listings; `name` is the algorithm's variant name when a
+        matrix runs it with several option sets (hetbench.core.variants)."""
+        return (f"{name or self.algorithm} {self.workload} w={self.workers} {self.slowdown} "
+                f"seed={self.seed}")

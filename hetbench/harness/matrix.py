@@ -11,11 +11,15 @@ A matrix file holds lists for the swept axes and scalars for the rest:
     iterations = 200
     pace_ms = 0
     [algorithm.hop]                     # options of one algorithm
-    backup_workers = 1
+    backup_workers = [0, 1, 2]          # a list sweeps: one run per value
+    [algorithm.allreduce.workload]      # workload options for one algorithm's runs only
+    lr = 0.05
     [workload.mlp-digits]               # options of one workload
     batch_size = 32
 
-Flags given on the command line replace the file's value of the same key.
+Flags given on the command line replace the file's value of the same key. A list in an option
+table expands into runs like the axes above (lists in several options: every combination);
+runs that differ in options are told apart by hetbench.core.variants' names.
 """
 
 from __future__ import annotations
@@ -54,7 +58,10 @@ def load_matrix_file(path: Path) -> dict[str, Any]:
 def expand(spec: dict[str, Any]) -> list[RunConfig]:
     """Every combination of the axes as a validated RunConfig (first error stops expansion)."""
     spec = {**DEFAULTS, **spec}
-    known = set(AXES) | set(SCALARS) | set(TABLES) | {"name", "description", "target"}
+    # [tune] is bench tune's (hetbench.harness.tune), [slurm] the SLURM launcher's job
+    # (hetbench.harness.launch.slurm): neither is part of a run.
+    known = set(AXES) | set(SCALARS) | set(TABLES) | {"name", "description", "target", "tune",
+                                                      "slurm"}
     unknown = sorted(set(spec) - known)
     if unknown:
         raise UserError(
@@ -86,17 +93,36 @@ def expand(spec: dict[str, Any]) -> list[RunConfig]:
     configs = []
     seen = set()
     for algorithm, workload, workers, slowdown, seed in itertools.product(*axes.values()):
-        config = RunConfig(
-            algorithm=algorithm, workload=workload, workers=workers, slowdown=slowdown,
-            seed=seed, algorithm_options=dict(tables["algorithm"].get(algorithm, {})),
-            workload_options=dict(tables["workload"].get(workload, {})),
-            matrix=str(spec.get("name", "adhoc")), target=_target_for(spec, workload),
-            **scalars,
-        )
-        if config.run_id not in seen:
-            seen.add(config.run_id)
-            configs.append(config)
+        algo_table = dict(tables["algorithm"].get(algorithm, {}))
+        own_workload = algo_table.pop("workload", {})
+        if not isinstance(own_workload, dict):
+            raise UserError(f"matrix: [algorithm.{algorithm}.workload] must be a table of "
+                            f"workload options, got {own_workload!r}")
+        load_table = {**tables["workload"].get(workload, {}), **own_workload}
+        for algo_opts, load_opts in itertools.product(
+                sweep(algo_table, f"[algorithm.{algorithm}]"),
+                sweep(load_table, f"the workload options of {algorithm} on {workload}")):
+            config = RunConfig(
+                algorithm=algorithm, workload=workload, workers=workers, slowdown=slowdown,
+                seed=seed, algorithm_options=algo_opts, workload_options=load_opts,
+                matrix=str(spec.get("name", "adhoc")), target=_target_for(spec, workload),
+                **scalars,
+            )
+            if config.run_id not in seen:
+                seen.add(config.run_id)
+                configs.append(config)
     return configs
+
+
+def sweep(options: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """Every combination of an option table whose lists are swept: `{"a": [1, 2], "b": 3}`
+    -> `[{"a": 1, "b": 3}, {"a": 2, "b": 3}]` (no option takes a list as its one value)."""
+    swept = {key: value for key, value in options.items() if isinstance(value, list)}
+    for key, value in swept.items():
+        if not value:
+            raise UserError(f"matrix: {where} {key} is an empty list; give one value or several")
+    combos = itertools.product(*swept.values())
+    return [{**options, **dict(zip(swept, combo, strict=True))} for combo in combos]
 
 
 def _target_for(spec: dict[str, Any], workload: str) -> str:

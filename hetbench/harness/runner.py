@@ -54,10 +54,14 @@ def run_matrix(configs: list[RunConfig], out_dir: Path, force: bool = False,
                on_done: Callable[[RunOutcome], None] | None = None,
                on_progress: Callable[[int, int], None] | None = None,
                on_set_aside: Callable[[RunConfig, str], None] | None = None,
+               launcher_options: dict[str, dict] | None = None,
                ) -> list[RunOutcome]:
+    """Run each config not finished yet; `launcher_options`: a launcher's matrix table by
+    launcher name ({"slurm": {...}})."""
     outcomes = []
     # Made before the first run: a launcher that cannot work here (no mpirun) is bad input.
-    launchers = {name: make_launcher(name, on_progress=on_progress)
+    launchers = {name: make_launcher(name, on_progress=on_progress,
+                                     options=(launcher_options or {}).get(name))
                  for name in dict.fromkeys(c.launcher for c in configs)}
     for config in configs:
         launcher = launchers[config.launcher]

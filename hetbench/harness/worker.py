@@ -519,6 +519,9 @@ def _join(config: RunConfig, args: argparse.Namespace) -> Rendezvous:
         return rendezvous.join_torchrun(config.world_size, config.comm_timeout_s)
     if config.launcher == "mpi":
         return rendezvous.join_mpi(config.world_size, config.bind_host, config.comm_timeout_s)
+    if config.launcher == "slurm":
+        return rendezvous.join_slurm(args.run_dir, config.world_size, config.bind_host,
+                                     config.comm_timeout_s)
     if args.rank is None or args.store_port is None:
         raise UserError("launcher local: the worker needs --rank and --store-port")
     return rendezvous.join_local(args.rank, config.world_size, args.store_host,

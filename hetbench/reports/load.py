@@ -10,6 +10,7 @@ import pandas as pd
 from hetbench.core.config import SCHEMA_VERSION
 from hetbench.core.record import run_dirs
 from hetbench.core.store import read_json, read_jsonl
+from hetbench.core.variants import variant_names
 from hetbench.errors import UserError
 
 CONFIG_COLUMNS = ("algorithm", "workload", "workers", "slowdown", "seed", "iterations",
@@ -50,6 +51,12 @@ def load_runs(path: str | Path) -> pd.DataFrame:
     if frame.empty:
         return frame
     frame["workers"] = frame["workers"].astype(int)
+    # Runs of one algorithm that differ in options (a sweep, tuning trials) are rows of their
+    # own everywhere: `algorithm` is the variant name, `algorithm_name` the registered one.
+    frame["algorithm_name"] = frame["algorithm"]
+    frame["algorithm"] = variant_names(
+        zip(frame["algorithm"], frame["workload"], frame["algorithm_options"],
+            frame["workload_options"], strict=True))
     # `bench sim` marks its runs; real runs carry no flag.
     simulated = frame["simulated"] if "simulated" in frame else pd.Series(False, frame.index)
     frame["simulated"] = simulated.fillna(False).astype(bool)

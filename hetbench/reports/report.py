@@ -25,6 +25,7 @@ from hetbench.reports.tables import (
 from hetbench.reports.targets import Target, resolve_targets
 from hetbench.reports.timeline import choose_run, timeline_plot
 from hetbench.reports.trace import write_trace
+from hetbench.reports.tuned import convention, load_tuning, tuned_table
 from hetbench.reports.waits import (
     RULES,
     RunWaits,
@@ -68,6 +69,9 @@ class Report:
     #: Who waited for whom in every ok run, and the detail of the timeline's run.
     waits: tuple[RunWaits, ...] = ()
     waits_detail: RunWaits | None = None
+    #: tune.json of a `bench tune` directory (None otherwise), and its best-trial table.
+    tuning: dict | None = None
+    tuned: pd.DataFrame | None = None
 
     @property
     def failed(self) -> pd.DataFrame:
@@ -127,6 +131,8 @@ class Report:
         if paced:
             notes.append(f"Pacing on: a floor of {', '.join(f'{p:g}' for p in paced)} ms on "
                          "every iteration's compute, so workers sharing cores behave alike.")
+        if text := convention(self.runs, self.tuning):
+            notes.append(text)
         for workload, target in sorted(self.targets.items()):
             how = ("picked automatically: 90% of the lowest final accuracy of any run"
                    if target.source == "auto" else f"from {target.source}")
@@ -146,8 +152,11 @@ def build_report(results_dir: Path, baseline: str = "allreduce",
     evals = load_evals(runs)
     resolved = resolve_targets(evals, targets or {})
     table = throughput_table(runs, baseline)
+    tuning = load_tuning(results_dir)
     return Report(results_dir, baseline, runs, evals, table, prague_table(table, baseline),
-                  resolved, time_to_target_table(runs, evals, resolved, baseline))
+                  resolved, time_to_target_table(runs, evals, resolved, baseline),
+                  tuning=tuning,
+                  tuned=tuned_table(runs, evals, resolved, tuning, baseline) if tuning else None)
 
 
 SYNC_TEXT = (
@@ -158,6 +167,10 @@ SYNC_TEXT = (
     "distance = mean squared distance of the workers' models from their average (final, and "
     "mean over the evaluation snapshots). A cell averaging markedly less than its protocol "
     "intends is flagged here and at the top of the report: its throughput is not comparable.")
+TUNED_TEXT = (
+    "Each algorithm's best `bench tune` trial in each cell: its time to target (mean over "
+    "seeds; a trial counts only if every seed reached the target), the values it drew, how many "
+    "of its trials reached the target, and its speedup over {baseline}'s best trial.")
 SPEEDUP_TEXT = (
     "Time-to-target speedup over {baseline} (its mean time / this mean time; > 1 is faster), "
     "with the range of per-seed speedups (each seed against {baseline}'s run of the same seed) "
@@ -182,6 +195,9 @@ def write_report(results_dir: Path, baseline: str = "allreduce",
     write_text_atomic(paths["csv"], report.throughput.reindex(columns=columns).to_csv(index=False))
     paths["time_to_target_csv"] = out / "time_to_target.csv"
     write_text_atomic(paths["time_to_target_csv"], report.time_to_target.to_csv(index=False))
+    if report.tuned is not None:
+        paths["tuned_csv"] = out / "tuned.csv"
+        write_text_atomic(paths["tuned_csv"], report.tuned.to_csv(index=False))
     for i, path in enumerate(convergence_plots(report.evals, out, baseline, report.targets)):
         paths[f"plot{i}"] = path
     ok = report.runs[report.runs["status"] == "ok"]
@@ -223,6 +239,9 @@ def markdown(report: Report, images: list[Path]) -> str:
     notes = report.notes()
     if notes:
         parts += ["", *(f"- {n}" for n in notes)]
+    if report.tuned is not None:
+        parts += ["", "## Tuned comparison", "", TUNED_TEXT.format(baseline=baseline), "",
+                  to_markdown(report.tuned)]
     for section in report.extra:
         parts += ["", f"## {section.heading}", "", section.text, "", to_markdown(section.table)]
     speedups = speedup_table(report.time_to_target, baseline)
@@ -270,6 +289,10 @@ def html_page(report: Report, images: list[Path]) -> Page:
                        "averaging than their protocol's):", "warning")
         page.bullets(warnings)
     page.bullets(report.notes())
+    if report.tuned is not None:
+        page.heading("Tuned comparison")
+        page.paragraph(TUNED_TEXT.format(baseline=baseline), "note")
+        page.table(report.tuned)
     for section in report.extra:
         page.heading(section.heading)
         page.paragraph(section.text, "note")

@@ -6,6 +6,7 @@ import math
 
 import pandas as pd
 
+from hetbench.core.variants import base_name
 from hetbench.reports.targets import Target, time_to_target
 
 KEYS = ["algorithm", "workload", "workers", "slowdown"]
@@ -80,7 +81,9 @@ def order_algorithms(names, baseline: str = "allreduce") -> list[str]:
     """The baseline first, then the built-ins in the papers' order, then plugins by name."""
     names = set(names)
     rank = {name: i for i, name in enumerate(ALGORITHM_ORDER)}
-    rest = sorted(names - {baseline}, key=lambda n: (rank.get(n, len(rank)), n))
+    # A variant (`hop[backup_workers=2]`) sits beside its algorithm, after the bare name.
+    rest = sorted(names - {baseline}, key=lambda n: (rank.get(base_name(n), len(rank)),
+                                                     base_name(n), n != base_name(n), n))
     return ([baseline] if baseline in names else []) + rest
 
 

@@ -72,7 +72,8 @@ def cases(tmp_path):
                                        workload="svm"), "does not exist"),
         "unknown fault": (matrix("f", 'fault = "explode"'), "expected crash@R:I"),
         "unknown device": (matrix("d", 'device = "tpu"'), "device must be"),
-        "unknown launcher": (matrix("r", 'launcher = "slurm"'), "launcher must be one of"),
+        "unknown launcher": (matrix("r", 'launcher = "pbs"'), "launcher must be one of"),
+        "slurm launcher without SLURM": (matrix("sl", 'launcher = "slurm"'), "no sbatch"),
         "options for an algorithm not in the matrix": (
             matrix("o", "[algorithm.hop]\nstaleness = 1"), "names an algorithm not in"),
         "seeds not integers": ([*BASE, "--algorithms", "allreduce", "--seeds", "a,b"],
@@ -118,6 +119,19 @@ def cases(tmp_path):
         "export of unknown run": (["export", "tensorboard", str(RESULTS), "--out",
                                    str(tmp_path / "tb"), "--run", "nope"], "matches 0 runs"),
         "unknown flag": (["run", "--algorithm", "allreduce"], "No such option"),
+        "empty sweep": (matrix("w", "[algorithm.hop]\nbackup_workers = []", "hop"),
+                        "backup_workers is an empty list"),
+        "a swept value that cannot run": (matrix("v", "[algorithm.hop]\nbackup_workers = [0, 2]",
+                                                 "hop"), "backup_workers"),
+        "tune without [tune]": (["tune", matrix("u", "")[1]], "needs a [tune] table"),
+        "tune without a target": (["tune", matrix("x", "[tune]\ntrials = 2")[1]],
+                                  "set target"),
+        "tune with a bad dimension": (["tune", matrix(
+            "z", 'target = "accuracy:0.5"\n[tune]\ntrials = 2\n[tune.workload]\n'
+                 'lr = {min = 0, max = 1, scale = "log"}')[1]], "a log scale needs min > 0"),
+        "tune drawing an impossible value": (["tune", matrix(
+            "j", 'target = "accuracy:0.5"\n[tune]\ntrials = 3\n[tune.algorithm.hop]\n'
+                 "backup_workers = [2]", "hop")[1]], "trial 0 of hop"),
     }
 
 

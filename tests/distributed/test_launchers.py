@@ -133,6 +133,46 @@ def test_mpirun_with_four_ranks_matches_the_local_launcher(tmp_path, local_resul
     assert_same_results(tmp_path, local_results(algorithm))
 
 
+def test_slurm_job_through_submitits_local_executor_matches_the_local_launcher(
+        tmp_path, local_results):
+    # The same job a cluster would get (one task per rank, rank 0's store address through the
+    # run directory), run by submitit's local executor on this machine.
+    launcher = make_launcher("slurm", options={"cluster": "local"})
+    summary = launcher.run(config_for("allreduce", "slurm"), tmp_path)
+    assert summary["status"] == "ok", summary["cause"]
+    assert summary["launcher"] == "slurm"
+    assert list(tmp_path.glob("store.*.json")) and (tmp_path / "slurm").is_dir()
+    assert_same_results(tmp_path, local_results("allreduce"))
+
+
+@pytest.mark.slow
+def test_a_killed_rank_fails_the_slurm_job_with_its_cause(tmp_path):
+    config = config_for("allreduce", "slurm", fault="kill@1:3", iterations=40)
+    summary = make_launcher("slurm", options={"cluster": "local"}).run(config, tmp_path)
+    assert summary["status"] == "failed"
+    assert summary["cause"].startswith("rank 1 was killed by SIGKILL"), summary["cause"]
+    assert summary["wall_s"] < 150
+
+
+def test_a_matrix_runs_as_slurm_jobs_from_the_cli(tmp_path, bench):
+    matrix = tmp_path / "m.toml"
+    matrix.write_text('algorithms = ["allreduce"]\nworkloads = ["mlp-digits"]\nworkers = [2]\n'
+                      'iterations = 10\nlauncher = "slurm"\n[slurm]\ncluster = "local"\n'
+                      "timeout_min = 5\n")
+    result = bench("run", str(matrix), "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run,) = (tmp_path / "out").glob("allreduce-*/summary.json")
+    assert json.loads(run.read_text())["status"] == "ok"
+    # A world that does not divide over the nodes fails that run with the reason.
+    matrix.write_text(matrix.read_text().replace("timeout_min = 5", "nodes = 3"))
+    result = bench("run", str(matrix), "--out", str(tmp_path / "odd"))
+    assert result.returncode == 1
+    assert "do not divide evenly over nodes = 3" in result.stdout
+    matrix.write_text(matrix.read_text().replace("nodes = 3", "queue = 1"))
+    result = bench("run", str(matrix), "--out", str(tmp_path / "bad"))
+    assert result.returncode == 2 and "[slurm]: unknown key(s) queue" in result.stderr
+
+
 # One-machine torchrun (`bench run --launcher torchrun`) runs in the services, kill and hang
 # tests below; result equality with the local launcher is the two-node test's job.
 
@@ -195,17 +235,17 @@ RUN_ARGS = ["run", "--algorithms", "allreduce", "--workloads", "mlp-digits", "--
 
 
 def test_unknown_launcher_is_one_error_line(tmp_path, bench):
-    result = bench(*RUN_ARGS, "--launcher", "slurm", "--out", str(tmp_path))
+    result = bench(*RUN_ARGS, "--launcher", "pbs", "--out", str(tmp_path))
     assert result.returncode == 2
     assert result.stderr.strip() == ("error: launcher must be one of local, torchrun, mpi, "
-                                     "got 'slurm'")
+                                     "slurm, got 'pbs'")
     matrix = tmp_path / "m.toml"
     matrix.write_text('algorithms = ["allreduce"]\nworkloads = ["mlp-digits"]\nworkers = [2]\n'
                       'launcher = "horovodrun"\n')
     result = bench("run", str(matrix), "--out", str(tmp_path / "out"))
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "error: launcher must be one of local, torchrun, mpi, got 'horovodrun'"]
+        "error: launcher must be one of local, torchrun, mpi, slurm, got 'horovodrun'"]
 
 
 def test_mpi_launcher_without_mpi4py_is_one_error_line(tmp_path, bench, cli_env):

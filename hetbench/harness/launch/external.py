@@ -259,6 +259,9 @@ def prepare(config: RunConfig, run_dir: Path) -> None:
     if config.launcher == "local":
         raise UserError("--prepare is for runs that torchrun or mpirun start on several "
                         "machines; add --launcher torchrun or --launcher mpi")
+    if config.launcher == "slurm":
+        raise UserError("--prepare is for torchrun and mpirun; launcher slurm submits each run "
+                        "as a job and watches it itself: drop --prepare")
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(run_dir / "config.json", config.to_dict())
 

@@ -1,0 +1,79 @@
+"""Names that tell runs of one algorithm apart when a matrix sweeps its options.
+
+A sweep (`backup_workers = [0, 1, 2]` in `[algorithm.hop]`) or a per-algorithm workload option
+(`[algorithm.allreduce.workload] lr = 0.05`) makes several runs of one algorithm on one workload
+that differ only in options. Reports, run labels and plots must keep them apart, and say what
+differs: such a run is named `hop[backup_workers=2]`, listing each option that takes more than
+one value among that algorithm's runs on that workload and is not at its default in this run.
+The run whose varied options are all at their defaults keeps the bare name, so `allreduce`
+stays the baseline every report compares against; options that do not vary (set once in the
+matrix) stay out of every name, as before sweeps existed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+#: One run, as far as its name is concerned.
+RunOptions = tuple[str, str, Mapping[str, Any], Mapping[str, Any]]
+
+
+def variant_names(runs: Iterable[RunOptions]) -> list[str]:
+    """For each (algorithm, workload, algorithm_options, workload_options), in order: its name
+    among the others (see the module docstring)."""
+    runs = list(runs)
+    values: dict[tuple[str, str], dict[str, set]] = defaultdict(lambda: defaultdict(set))
+    for algorithm, workload, algo_opts, load_opts in runs:
+        for key, value in _options(algo_opts, load_opts).items():
+            values[(algorithm, workload)][key].add(_hashable(value))
+    names = []
+    for algorithm, workload, algo_opts, load_opts in runs:
+        varied = values[(algorithm, workload)]
+        defaults = _defaults(algorithm, workload)
+        shown = [f"{key}={_text(value)}"
+                 for key, value in sorted(_options(algo_opts, load_opts).items())
+                 if len(varied[key]) > 1 and not (key in defaults and defaults[key] == value)]
+        names.append(f"{algorithm}[{','.join(shown)}]" if shown else algorithm)
+    return names
+
+
+def base_name(name: str) -> str:
+    """The algorithm of a variant name: `hop[backup_workers=2]` -> `hop`."""
+    return name.split("[", 1)[0]
+
+
+def _options(algo_opts: Mapping[str, Any], load_opts: Mapping[str, Any]) -> dict[str, Any]:
+    # An algorithm option and a workload option of one name would be ambiguous in a label;
+    # none exists, and the workload's is prefixed if a plugin ever adds one.
+    merged = dict(algo_opts or {})
+    for key, value in (load_opts or {}).items():
+        merged[f"workload.{key}" if key in merged else key] = value
+    return merged
+
+
+def _defaults(algorithm: str, workload: str) -> dict[str, Any]:
+    """Every option's default of the algorithm and the workload ({} for a component that is not
+    registered here, e.g. a plugin a report's reader does not have: its options all show)."""
+    from hetbench.core.registry import ALGORITHMS, WORKLOADS
+
+    found: list[dict[str, Any]] = []
+    for registry, name in ((ALGORITHMS, algorithm), (WORKLOADS, workload)):
+        try:
+            config_cls = registry.get(name).Config
+        except Exception:  # a plugin this reader cannot import: no defaults, show all
+            found.append({})
+            continue
+        found.append({f.name: f.default for f in dataclasses.fields(config_cls)
+                      if f.default is not dataclasses.MISSING})
+    return _options(*found)
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _text(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)

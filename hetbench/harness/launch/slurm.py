@@ -1,0 +1,177 @@
+"""`bench run --launcher slurm`: each run is one SLURM job, submitted and watched through
+submitit (an optional extra: pip install 'hetbench[slurm]').
+
+The job has `nodes` nodes and world_size / nodes tasks per node; each task starts one rank
+(hetbench.harness.worker, in a process of its own) with RANK / WORLD_SIZE / LOCAL_RANK from
+submitit's JobEnvironment, and the ranks meet through a store whose address rank 0 writes into
+the run directory (hetbench.comm.rendezvous.join_slurm). So the results directory must be on a
+filesystem every node sees, as SLURM clusters have. `bench run` stays on the submitting machine
+for the run's lifetime: it holds the algorithm's services (the Group Generator: use
+`bind_host = "0.0.0.0"` so the nodes can reach it), shows progress from the run directory, and
+writes summary.json; Ctrl-C cancels the job.
+
+A matrix's `[slurm]` table sets the job (none of it is part of the run's id):
+
+    [slurm]
+    nodes = 2                 # ranks spread evenly; a run whose world size does not divide fails
+    partition = "gpu"
+    timeout_min = 60
+    cpus_per_task = 4
+    gpus_per_node = 0
+    account = "my-account"
+    setup = ["module load cuda"]   # shell lines before each task
+    cluster = "slurm"         # "local": submitit's local executor, the same job on this machine
+
+`cluster = "local"` is how the tests run it, and a way to try a matrix before queueing it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hetbench.core.config import RunConfig
+from hetbench.errors import UserError
+from hetbench.harness.launch.base import POLL_S, Progress, record_run
+from hetbench.harness.launch.external import STARTUP_S, finished_ranks
+from hetbench.harness.launch.failures import failure_cause
+
+#: The `[slurm]` table's keys, their types and defaults.
+OPTIONS: dict[str, tuple[type, Any]] = {
+    "cluster": (str, "slurm"), "nodes": (int, 1), "partition": (str, ""),
+    "timeout_min": (int, 60), "cpus_per_task": (int, 1), "gpus_per_node": (int, 0),
+    "account": (str, ""), "setup": (list, []),
+}
+CLUSTERS = ("slurm", "local")
+
+
+def parse_options(table: dict[str, Any] | None) -> dict[str, Any]:
+    """The `[slurm]` table with defaults filled in; UserError, one line, for what is wrong."""
+    table = dict(table or {})
+    unknown = sorted(set(table) - set(OPTIONS))
+    if unknown:
+        raise UserError(f"[slurm]: unknown key(s) {', '.join(unknown)}; keys are: "
+                        f"{', '.join(sorted(OPTIONS))}")
+    options = {}
+    for key, (kind, default) in OPTIONS.items():
+        value = table.get(key, default)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise UserError(f"[slurm]: {key} must be {kind.__name__}, got {value!r}")
+        options[key] = value
+    if options["cluster"] not in CLUSTERS:
+        raise UserError(f"[slurm]: cluster must be one of {', '.join(CLUSTERS)}, got "
+                        f"{options['cluster']!r}")
+    if options["nodes"] < 1:
+        raise UserError(f"[slurm]: nodes must be >= 1, got {options['nodes']}")
+    return options
+
+
+def rank_task(run_dir: str) -> int:
+    """One task of the job: start this task's rank and return its exit code (what submitit
+    calls on the node; a module-level function, so that it pickles by name)."""
+    import submitit
+
+    job = submitit.JobEnvironment()
+    env = {**os.environ, "RANK": str(job.global_rank), "WORLD_SIZE": str(job.num_tasks),
+           "LOCAL_RANK": str(job.local_rank), "HETBENCH_JOB_ID": str(job.job_id),
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    # A process of its own: the worker redirects its output into the run directory and ends
+    # with os._exit, which must not take submitit's task (and its result file) with it.
+    return subprocess.run([sys.executable, "-m", "hetbench.harness.worker",
+                           "--run-dir", run_dir], env=env, check=False).returncode
+
+
+class SlurmLauncher:
+    """Runs one RunConfig as one SLURM job (see the module docstring)."""
+
+    name = "slurm"
+
+    def __init__(self, on_progress: Callable[[int, int], None] | None = None,
+                 options: dict[str, Any] | None = None):
+        try:
+            import submitit  # noqa: F401
+        except ImportError:
+            raise UserError("launcher slurm needs submitit: pip install 'hetbench[slurm]'"
+                            ) from None
+        self.on_progress = on_progress
+        self.options = parse_options(options)
+        if self.options["cluster"] == "slurm" and not shutil.which("sbatch"):
+            raise UserError("launcher slurm: no sbatch here (not a SLURM login node); set "
+                            "[slurm] cluster = \"local\" to run the same jobs on this machine")
+
+    def run(self, config: RunConfig, run_dir: Path) -> dict[str, Any]:
+        jobs: list[Any] = []
+
+        def train(services: dict[str, Any]) -> str | None:
+            nodes = self.options["nodes"]
+            if config.world_size % nodes:
+                return (f"launcher slurm: {config.world_size} ranks (workers + server ranks) "
+                        f"do not divide evenly over nodes = {nodes}")
+            jobs.append(self._submit(config, run_dir, config.world_size // nodes))
+            return self._watch(config, run_dir, jobs[0])
+
+        def cleanup() -> None:
+            for job in jobs:
+                if not job.done():
+                    job.cancel(check=False)
+
+        return record_run(config, run_dir, train, cleanup)
+
+    def _submit(self, config: RunConfig, run_dir: Path, tasks_per_node: int):
+        import submitit
+
+        o = self.options
+        executor = submitit.AutoExecutor(folder=run_dir / "slurm", cluster=o["cluster"])
+        parameters: dict[str, Any] = {
+            "name": f"hetbench-{config.run_id}", "nodes": o["nodes"],
+            "tasks_per_node": tasks_per_node, "timeout_min": o["timeout_min"]}
+        if o["cluster"] == "slurm":
+            parameters.update(cpus_per_task=o["cpus_per_task"])
+            if o["gpus_per_node"]:
+                parameters["gpus_per_node"] = o["gpus_per_node"]
+            for key in ("partition", "account"):
+                if o[key]:
+                    parameters[f"slurm_{key}"] = o[key]
+            if o["setup"]:
+                parameters["slurm_setup"] = o["setup"]
+        executor.update_parameters(**parameters)
+        return executor.submit(rank_task, str(run_dir))
+
+    def _watch(self, config: RunConfig, run_dir: Path, job) -> str | None:
+        """Wait for the job; the failure cause, or None when every rank finished."""
+        stall_limit_s = config.comm_timeout_s + 15
+        progress = Progress(config, run_dir, self.on_progress)
+        running_since = None
+        while not job.done():
+            # A queued job is not stalled: the backstop counts from the job's start.
+            if running_since is None and job.state not in ("PENDING", "UNKNOWN", "REQUEUED"):
+                running_since = time.time()
+            if running_since is not None:
+                limit_s = stall_limit_s + (0 if progress.started else STARTUP_S)
+                idle_s = min(progress.idle_s(), time.time() - running_since)
+                if idle_s > limit_s:
+                    return (f"no rank made progress for {limit_s:.0f} s (SLURM job "
+                            f"{job.job_id}, state {job.state}); submitit's logs are in "
+                            f"{run_dir / 'slurm'}")
+            progress.poll()
+            time.sleep(POLL_S)
+        done = finished_ranks(run_dir, config.world_size)
+        if len(done) == config.world_size:
+            return None
+        try:
+            codes = dict(enumerate(job.results()))
+        except Exception as exc:  # a task that died, timed out or was cancelled
+            codes = {}
+            if not any((run_dir / f"error.rank{r}.json").exists()
+                       for r in range(config.world_size)):
+                last = str(exc).strip().splitlines()[-1:] or [""]
+                return (f"SLURM job {job.job_id} ended {job.state} before every rank finished: "
+                        f"{type(exc).__name__}: {last[0]}"[:500])
+        return failure_cause(run_dir, {r: codes.get(r, 0 if r in done else None)
+                                       for r in range(config.world_size)})
