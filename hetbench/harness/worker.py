@@ -338,6 +338,13 @@ def _evaluate(config: RunConfig, ctx: WorkerContext, workload: Workload, model,
         for tick in range(0, last_tick + 1, stride):
             _note(ctx.rank, f"evaluating snapshot {tick // stride + 1}/{last_tick // stride + 1}")
             iteration, flat = snapshots.at(tick)
+            if history is not None:
+                # The model each worker had at the tick itself. A snapshot is taken at the
+                # first iteration start after the tick, so it may hold a step that ended after
+                # it; the time to target below takes each evaluation's moment as exact, and
+                # reported the tick for a crossing up to one step later (found in a bench tune
+                # trial: 1.0 s "exact" where no state before 1.0 s met the target).
+                iteration, flat = history.at(tick * snapshots.interval_s)
             records.append({"kind": "snapshot", "wall_s": tick * snapshots.interval_s,
                             **score(flat, iteration)})
     records.append({"kind": "final", "wall_s": agreed(end_s, ReduceOp.MAX),
@@ -371,8 +378,11 @@ def _time_to_target(config: RunConfig, ctx: WorkerContext, workload: Workload, m
     if first < 0:
         return []
     stride = int(agreed(history.stride, ReduceOp.MAX))
+    # "moment": what the time is, a step's end (some worker's; the averaged model changed
+    # there) or the evaluation's tick (only when no step ended in the window searched).
     found = {**records[first], "kind": "target", "target": config.target,
-             "resolution_iterations": stride, "probes": 0, "exact": stride == 1}
+             "resolution_iterations": stride, "probes": 0, "exact": stride == 1,
+             "moment": "evaluation"}
     if first == 0:
         return [found] if ctx.rank == 0 else []
     hi_s = records[first]["wall_s"]
@@ -428,7 +438,7 @@ def _time_to_target(config: RunConfig, ctx: WorkerContext, workload: Workload, m
         if not target.met(scores.get(target.column)):
             return False
         iterations = [per_worker[w][0][i, 1].item() for w, i in enumerate(current)]
-        found.update(scores, wall_s=t, iteration=sum(iterations) / ctx.workers,
+        found.update(scores, wall_s=t, iteration=sum(iterations) / ctx.workers, moment="step end",
                      consensus_distance=sum(float((m - mean).pow(2).sum()) for m in models)
                      / ctx.workers)
         return True

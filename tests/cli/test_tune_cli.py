@@ -36,12 +36,21 @@ def test_tune_runs_equal_trials_and_reports_each_algorithms_best(tmp_path, bench
         assert trials["allreduce"][t][1]["lr"] == trials["local-sgd"][t][1]["lr"]
     assert "best_time_to_target_s" in done.stdout  # the tuned table, printed at the end
 
+    # Resume: the same trials are skipped, and a larger budget extends the same sequence.
+    more = bench("tune", str(matrix), "--out", str(out), "--trials", "3")
+    assert more.returncode == 0, more.stdout + more.stderr
+    assert more.stdout.count("skip") == 4 and more.stdout.count("ok ") == 2, more.stdout
+    tuning = json.loads((out / "tune.json").read_text())
+    assert sorted(i["trial"] for i in tuning["runs"].values()) == [0, 0, 1, 1, 2, 2]
+
     report = bench("report", str(out))
     assert report.returncode == 0, report.stdout + report.stderr
     text = (out / "report.md").read_text()
     assert "## Tuned comparison" in text and "Hyperparameters tuned" in text
     rows = {r["algorithm"]: r for r in csv.DictReader((out / "tuned.csv").open())}
     assert set(rows) == {"allreduce", "local-sgd"}
+    for run_id, info in tuning["runs"].items():
+        trials[info["algorithm"]][info["trial"]] = (run_id, info["values"])
     for algorithm, by_trial in trials.items():
         # Each trial's own time to target, from the run's refined "target" evaluation.
         times = {}
@@ -51,7 +60,7 @@ def test_tune_runs_equal_trials_and_reports_each_algorithms_best(tmp_path, bench
             if hit:
                 times[t] = hit[0]
         row = rows[algorithm]
-        assert int(row["trials"]) == 2 and int(row["reached"]) == len(times)
+        assert int(row["trials"]) == 3 and int(row["reached"]) == len(times)
         assert times, f"no trial of {algorithm} reached 60% in 40 iterations"
         best = min(times, key=times.get)
         assert float(row["best_time_to_target_s"]) == times[best]

@@ -30,6 +30,10 @@ def test_twice_the_pacing_takes_twice_as_long_to_the_target(tmp_path):
     assert abs(fast["iteration"] - slow["iteration"]) <= 1
     assert fast["resolution_iterations"] == slow["resolution_iterations"] == 1
     assert fast["exact"] and slow["exact"]  # every step end from the start was tested
+    # The time is when a step ended and the averaged model met the target: never the tick of
+    # the evaluation that bracketed it (a snapshot evaluated at its tick holds the models of
+    # that very moment, so a crossing up to one step after the tick is not reported early).
+    assert fast["moment"] == slow["moment"] == "step end"
     assert slow["wall_s"] / fast["wall_s"] == pytest.approx(2.0, rel=0.10)
     # The report uses the refined time, not the evaluation grid.
     runs = load_runs(tmp_path)
