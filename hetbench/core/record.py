@@ -81,6 +81,9 @@ def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
         "train_wall_s": (t_last - t_first) / 1e9,
         "final_test_loss": final.get("test_loss"),
         "final_test_accuracy": final.get("test_accuracy"),
+        # Language models (the transformer workload): exp of the test loss.
+        **({"final_test_perplexity": final["test_perplexity"]}
+           if "test_perplexity" in final else {}),
         "final_consensus_distance": final.get("consensus_distance"),
         "mean_consensus_distance": sum(snapshots) / len(snapshots) if snapshots else None,
         **sync_health(all_events),

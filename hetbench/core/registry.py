@@ -84,5 +84,7 @@ WORKLOADS: Registry = Registry("workload", "hetbench.workloads", {
     "cnn-cifar10": "hetbench.workloads.cnn_cifar10:CNNCifar10",
     "resnet18": "hetbench.workloads.resnet:ResNet18",
     "resnet50": "hetbench.workloads.resnet:ResNet50",
+    "resnet200": "hetbench.workloads.resnet:ResNet200",
     "vgg16": "hetbench.workloads.vgg16:VGG16",
+    "transformer": "hetbench.workloads.transformer:Transformer",
 })

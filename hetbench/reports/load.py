@@ -65,7 +65,7 @@ def load_runs(path: str | Path) -> pd.DataFrame:
 
 RUN_KEYS = ["run_id", "algorithm", "workload", "workers", "slowdown", "seed"]
 EVAL_COLUMNS = ["kind", "wall_s", "iteration", "test_loss", "test_accuracy",
-                "consensus_distance", "target", "resolution_iterations"]
+                "consensus_distance", "target", "resolution_iterations", "test_perplexity"]
 
 
 def load_evals(runs: pd.DataFrame) -> pd.DataFrame:

@@ -38,6 +38,7 @@ from hetbench.reports.waits import (
 #: Columns of report.csv (the first six are a stable interface; scripts read them).
 CSV_COLUMNS = ["algorithm", "workload", "workers", "slowdown", "throughput",
                "throughput_vs_{baseline}", "throughput_std", "seeds", "final_test_accuracy",
+               "final_test_perplexity",
                "compute", "synthetic", "simulated", "pace_ms", "cpu_ms_per_iteration",
                *HEALTH_COLUMNS, "sync_flag"]
 

@@ -33,8 +33,8 @@ def throughput_table(runs: pd.DataFrame, baseline: str = "allreduce") -> pd.Data
     cpu = ok[KEYS].assign(cpu_ms_per_iteration=cpu_s * 1e3 / ok["iterations"])
     table = table.merge(cpu.groupby(KEYS)["cpu_ms_per_iteration"].mean().reset_index(),
                         on=KEYS, how="left")
-    for column in ("final_test_accuracy", *HEALTH_COLUMNS, "compute", "synthetic", "simulated",
-                   "pace_ms"):
+    for column in ("final_test_accuracy", "final_test_perplexity", *HEALTH_COLUMNS, "compute",
+                   "synthetic", "simulated", "pace_ms"):
         if column in ok:
             if column in ("compute", "synthetic", "simulated", "pace_ms"):
                 values = ok.groupby(KEYS)[column].agg("first")

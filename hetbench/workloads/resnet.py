@@ -1,6 +1,7 @@
 """torchvision ResNets on CIFAR-10: real parameter counts, so real message sizes."""
 
 from torchvision import models
+from torchvision.models.resnet import Bottleneck, ResNet
 
 from hetbench.workloads.cifar import CifarWorkload
 
@@ -19,3 +20,21 @@ class ResNet50(CifarWorkload):
 
     def build_model(self):
         return models.resnet50(num_classes=10)
+
+
+#: ResNet-200's bottleneck blocks per stage (He et al., "Identity Mappings in Deep Residual
+#: Networks", 2016): 64.7M parameters with ImageNet's 1000 classes.
+RESNET200_LAYERS = [3, 24, 36, 3]
+
+
+def resnet200(num_classes: int) -> ResNet:
+    return ResNet(Bottleneck, RESNET200_LAYERS, num_classes=num_classes)
+
+
+class ResNet200(CifarWorkload):
+    name = "resnet200"
+    description = ("ResNet-200 (torchvision's ResNet, [3, 24, 36, 3] bottlenecks; 62.6M params "
+                   "at 10 classes) on CIFAR-10 from data_dir, or synthetic")
+
+    def build_model(self):
+        return resnet200(num_classes=10)

@@ -89,7 +89,13 @@ def test_report_has_the_section_the_heatmap_and_the_trace(real_allreduce, tmp_pa
     assert json.loads(paths["trace"].read_text())["otherData"]["run_id"] == run.name
     csv = paths["waits_csv"].read_text().splitlines()
     assert csv[0] == "run_id,worker,waited_on,wait_s,worker_slowed,waited_on_slowed,rule"
-    assert all(line.split(",")[2] == str(STRAGGLER) for line in csv[1:])
+    # The straggler is the one waited on. Not every row: on a loaded host another worker can
+    # now and then arrive last by a few milliseconds (seen once in a full suite run).
+    by_peer = defaultdict(float)
+    for line in csv[1:]:
+        fields = line.split(",")
+        by_peer[fields[2]] += float(fields[3])
+    assert by_peer[str(STRAGGLER)] > 0.9 * sum(by_peer.values()), dict(by_peer)
 
 
 def check_trace(run_dir: Path) -> dict:
