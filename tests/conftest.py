@@ -1,4 +1,5 @@
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -6,6 +7,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# A shell that starts the suite in the background (`make test &`, nohup) ignores SIGINT, and an
+# ignored signal is inherited through exec: every bench the tests start would then ignore the
+# Ctrl-C that the signal and chaos tests send it, and leak its ranks. A handler is not inherited
+# (exec resets it to the default), so installing Python's own restores Ctrl-C for the children.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
