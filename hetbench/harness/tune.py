@@ -159,9 +159,8 @@ def trials(base: list[RunConfig], ruleset: Ruleset) -> list[tuple[RunConfig, int
         for t in range(ruleset.trials):
             load = {d.name: d.value(u) for d, u in zip(ruleset.workload, shared_points[t],
                                                        strict=True)}
-            algo = {d.name: d.value(u)
-                    for d, u in zip(own_dims, own_points.get(config.algorithm, [[]] * (t + 1))[t],
-                                    strict=True)}
+            algo = ({d.name: d.value(u) for d, u in zip(own_dims, own_points[config.algorithm][t],
+                                                         strict=True)} if own_dims else {})
             try:
                 trial = dataclasses.replace(
                     config, algorithm_options={**config.algorithm_options, **algo},
