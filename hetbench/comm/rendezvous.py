@@ -107,6 +107,8 @@ def join_slurm(run_dir: Path, world_size: int, bind_host: str, timeout_s: float)
     address_file = Path(run_dir) / f"store.{os.environ['HETBENCH_JOB_ID']}.json"
     if rank == 0:
         store, (host, port) = _host_store(bind_host, size, timeout_s)
+        # Written whole (temp file, rename) so a peer never reads half of it; by hand, as
+        # core.store's helpers sit above this layer.
         tmp = address_file.with_suffix(".tmp")
         tmp.write_text(json.dumps({"host": host, "port": port}))
         os.replace(tmp, address_file)

@@ -337,14 +337,13 @@ def _evaluate(config: RunConfig, ctx: WorkerContext, workload: Workload, model,
         last_tick = int(agreed(int(end_s / snapshots.interval_s), ReduceOp.MIN))
         for tick in range(0, last_tick + 1, stride):
             _note(ctx.rank, f"evaluating snapshot {tick // stride + 1}/{last_tick // stride + 1}")
-            iteration, flat = snapshots.at(tick)
-            if history is not None:
-                # The model each worker had at the tick itself. A snapshot is taken at the
-                # first iteration start after the tick, so it may hold a step that ended after
-                # it; the time to target below takes each evaluation's moment as exact, and
-                # reported the tick for a crossing up to one step later (found in a bench tune
-                # trial: 1.0 s "exact" where no state before 1.0 s met the target).
-                iteration, flat = history.at(tick * snapshots.interval_s)
+            # With a history, the model each worker had at the tick itself. A snapshot is
+            # taken at the first iteration start after the tick, so it may hold a step that
+            # ended after it; the time to target below takes each evaluation's moment as exact,
+            # and reported the tick for a crossing up to one step later (found in a bench tune
+            # trial: 1.0 s "exact" where no state before 1.0 s met the target).
+            iteration, flat = (snapshots.at(tick) if history is None
+                               else history.at(tick * snapshots.interval_s))
             records.append({"kind": "snapshot", "wall_s": tick * snapshots.interval_s,
                             **score(flat, iteration)})
     records.append({"kind": "final", "wall_s": agreed(end_s, ReduceOp.MAX),

@@ -16,18 +16,23 @@ from typing import Any
 import pandas as pd
 
 from hetbench.core.store import read_json
-from hetbench.core.variants import base_name
+from hetbench.errors import UserError
 from hetbench.harness.tune import TUNE_FILE
 from hetbench.reports.tables import CELL, format_number, order_algorithms
 from hetbench.reports.targets import Target, time_to_target
 
 
 def load_tuning(results_dir: Path) -> dict[str, Any] | None:
+    """tune.json of a `bench tune` directory, or None for any other results directory."""
     path = Path(results_dir) / TUNE_FILE
-    try:
-        return read_json(path) if path.exists() else None
-    except ValueError:
+    if not path.exists():
         return None
+    try:
+        return read_json(path)
+    except ValueError as exc:
+        # Not None: the report would then call a tuned comparison "shared hyperparameters".
+        raise UserError(f"{path} is not valid JSON ({exc}); rerun `bench tune` with the same "
+                        "matrix into this directory to write it again") from None
 
 
 def tuned_table(runs: pd.DataFrame, evals: pd.DataFrame, targets: dict[str, Target],
@@ -46,7 +51,7 @@ def tuned_table(runs: pd.DataFrame, evals: pd.DataFrame, targets: dict[str, Targ
         if run["status"] == "ok" and target is not None:
             seconds = time_to_target(evals[evals["run_id"] == run_id], target)[0]
         info = trial_of[run_id]
-        rows.append({"algorithm": base_name(run["algorithm"]),
+        rows.append({"algorithm": info["algorithm"],
                      **{k: run[k] for k in CELL}, "target": str(target) if target else "",
                      "trial": info["trial"], "values": _values(info["values"]),
                      "seconds": seconds})

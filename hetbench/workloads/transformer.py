@@ -52,15 +52,11 @@ class TransformerOptions(WorkloadOptions):
     lr: float = opt(0.1, "SGD learning rate")
     momentum: float = opt(0.9, "SGD momentum")
     batch_size: int = opt(16, "sequences per worker per iteration")
+    # The Literal is checked when options are read (core.options); it names SIZES' keys.
     size: Literal["tiny", "small", "paper"] = opt(
         "tiny", "tiny / small: real compute on CPU; paper: the slides' ~60M parameters")
     text: str = opt(PYTHON_DOCS, "python-docs (Python's own topic help, shipped) or a path to "
                                  "a text file or a WikiText / *.txt directory")
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.size not in SIZES:
-            raise ValueError(f"size must be one of {', '.join(SIZES)}, got {self.size!r}")
 
 
 class TransformerLM(nn.Module):

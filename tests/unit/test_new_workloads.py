@@ -74,3 +74,10 @@ def test_batches_are_next_byte_pairs_from_each_workers_shard():
     torch.testing.assert_close(x[:, 1:], y[:, :-1])  # y is x shifted by one byte
     scores = workload.evaluate(TransformerLM(*SIZES["tiny"]))
     assert scores["test_perplexity"] == pytest.approx(torch.tensor(scores["test_loss"]).exp())
+
+
+def test_the_size_option_offers_exactly_the_defined_sizes():
+    import typing
+
+    hint = typing.get_type_hints(TransformerOptions)["size"]
+    assert set(typing.get_args(hint)) == set(SIZES)
