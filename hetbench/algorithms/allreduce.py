@@ -145,6 +145,12 @@ class AllReduce(Algorithm):
         return None
 
     @classmethod
+    def outside_comm(cls, config):
+        if config.impl in ("ddp", "horovod"):
+            return f"impl = {config.impl} communicates through {config.impl}, not Comm"
+        return None
+
+    @classmethod
     def validate(cls, config, workers):
         # Checked when the matrix is expanded, before any process starts.
         if config.compression != "none" and config.impl != "ddp":

@@ -14,6 +14,9 @@ Which primitive for which pattern:
   at setup. Any other collective over such a set is refused at once (CommMisuse), since it
   would need every rank of the world and hang until the timeout;
 - point to point: send/recv/isend/irecv, or a `channel` (made in setup) for a serving thread.
+
+With a network model (a run's `[network]` table), `network` is set for training: every
+operation here then lasts at least its modeled time (hetbench/network/emulator.py).
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ import torch
 import torch.distributed as dist
 
 from hetbench.comm.preduce import MemberGroups
+from hetbench.network.shared import stream_key
 
 ReduceOp = dist.ReduceOp
+WORLD = "world"  # the stream name of messages on the world group (network/shared.py)
 
 
 class CommMisuse(RuntimeError):
@@ -52,6 +57,9 @@ class Comm:
         self.member_groups = MemberGroups(rank, backend, store, self.timeout)
         # Groups and channels can be created (collectively, by every rank) until end_setup().
         self._setup_open = True
+        #: The emulated network (network/emulator.py) while training, or None.
+        self.network = None
+        self._channel_names: dict[object, str] = {}
 
     @classmethod
     def connect(cls, rank: int, world_size: int, host: str | None, port: int | None,
@@ -81,7 +89,13 @@ class Comm:
     def all_reduce_(self, tensor: torch.Tensor, op: ReduceOp = ReduceOp.SUM,
                     members: Sequence[int] | None = None) -> torch.Tensor:
         """In-place all-reduce over the world, or over `members` (a group made by `group`)."""
-        dist.all_reduce(tensor, op=op, group=self.group(members))
+        group = self.group(members)
+        if self.network is None:
+            dist.all_reduce(tensor, op=op, group=group)
+        else:
+            self.network.collective(self._ranks(members), _nbytes(tensor),
+                                    lambda t: self._latest(t, group),
+                                    lambda: dist.all_reduce(tensor, op=op, group=group))
         return tensor
 
     def average_(self, tensor: torch.Tensor, members: Sequence[int] | None = None) -> torch.Tensor:
@@ -100,8 +114,24 @@ class Comm:
 
     def broadcast_(self, tensor: torch.Tensor, src: int,
                    members: Sequence[int] | None = None) -> torch.Tensor:
-        dist.broadcast(tensor, src=src, group=self.group(members))
+        group = self.group(members)
+        if self.network is None:
+            dist.broadcast(tensor, src=src, group=group)
+        else:
+            self.network.collective(self._ranks(members), _nbytes(tensor),
+                                    lambda t: self._latest(t, group),
+                                    lambda: dist.broadcast(tensor, src=src, group=group),
+                                    broadcast=True)
         return tensor
+
+    def _ranks(self, members: Sequence[int] | None) -> Sequence[int]:
+        return range(self.world_size) if members is None else members
+
+    def _latest(self, t: float, group) -> float:
+        """The MAX of t over a group's ranks (the emulated network's agreed start)."""
+        value = torch.tensor([t], dtype=torch.float64, device=self.device)
+        dist.all_reduce(value, op=ReduceOp.MAX, group=group)
+        return value.item()
 
     def barrier(self, members: Sequence[int] | None = None) -> None:
         # A barrier is a tiny all-reduce: gloo's barrier ignores the group timeout in some builds.
@@ -110,17 +140,17 @@ class Comm:
 
     # -- point to point ----------------------------------------------------------------------
     def send(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> None:
-        dist.send(tensor, dst=dst, tag=tag)
+        self.send_on(None, tensor, dst, tag)
 
     def recv(self, tensor: torch.Tensor, src: int | None = None, tag: int = 0) -> int:
         """Receive into `tensor` from `src` (any rank if None); returns the sender's rank."""
-        return dist.recv(tensor, src=src, tag=tag)
+        return self.recv_on(None, tensor, src, tag)
 
     def isend(self, tensor: torch.Tensor, dst: int, tag: int = 0) -> dist.Work:
-        return dist.isend(tensor, dst=dst, tag=tag)
+        return self.isend_on(None, tensor, dst, tag)
 
     def irecv(self, tensor: torch.Tensor, src: int | None = None, tag: int = 0) -> dist.Work:
-        return dist.irecv(tensor, src=src, tag=tag)
+        return self.irecv_on(None, tensor, src, tag)
 
     # -- groups ------------------------------------------------------------------------------
     def channel(self, name: str, members: Sequence[int] | None = None):
@@ -136,21 +166,48 @@ class Comm:
         if key not in self._channels:
             ranks = list(key[1]) if key[1] is not None else list(range(self.world_size))
             self._channels[key] = dist.new_group(ranks, timeout=self.timeout)
+            self._channel_names[self._channels[key]] = f"{name}{list(key[1] or ())}"
         return self._channels[key]
 
+    def _stream(self, group, tag: int) -> int:
+        return stream_key(WORLD if group is None else self._channel_names[group], tag)
+
     def send_on(self, group, tensor: torch.Tensor, dst: int, tag: int = 0) -> None:
+        """Send on a channel (None: the world group); `dst` is a global rank."""
+        if self.network is None:
+            dist.send(tensor, dst=dst, group=group, tag=tag)
+            return
+        posted, out = self.network.send_begin(dst, _nbytes(tensor), self._stream(group, tag))
         dist.send(tensor, dst=dst, group=group, tag=tag)
+        self.network.send_end(posted, out)
 
     def recv_on(self, group, tensor: torch.Tensor, src: int | None = None, tag: int = 0) -> int:
         """Receive on a channel; `src` and the returned sender are global ranks."""
-        return dist.recv(tensor, src=src, group=group, tag=tag)
+        sender = dist.recv(tensor, src=src, group=group, tag=tag)
+        if self.network is not None:
+            key = self._stream(group, tag)
+            self.network.recv_end(sender, key, self.network.recv_ticket(sender, key))
+        return sender
 
     def isend_on(self, group, tensor: torch.Tensor, dst: int, tag: int = 0) -> dist.Work:
-        return dist.isend(tensor, dst=dst, group=group, tag=tag)
+        if self.network is None:
+            return dist.isend(tensor, dst=dst, group=group, tag=tag)
+        posted, out = self.network.send_begin(dst, _nbytes(tensor), self._stream(group, tag))
+        return _Modeled(dist.isend(tensor, dst=dst, group=group, tag=tag), lambda: out,
+                        lambda: self.network.send_end(posted, out))
 
     def irecv_on(self, group, tensor: torch.Tensor, src: int | None = None,
                  tag: int = 0) -> dist.Work:
-        return dist.irecv(tensor, src=src, group=group, tag=tag)
+        work = dist.irecv(tensor, src=src, group=group, tag=tag)
+        if self.network is None:
+            return work
+        if src is None:
+            raise CommMisuse("Comm: an emulated network needs irecv's sender (src) to find the "
+                             "message's modeled delivery; use recv(src=None) for any sender")
+        network, key = self.network, self._stream(group, tag)
+        seq = network.recv_ticket(src, key)
+        return _Modeled(work, lambda: network.delivery(src, key, seq),
+                        lambda: network.recv_end(src, key, seq))
 
     def group(self, members: Sequence[int] | None):
         """The process group of `members` (None = the world), created on first use and cached.
@@ -182,7 +239,17 @@ class Comm:
 
     def p_reduce_(self, tensor: torch.Tensor, members: Sequence[int]) -> torch.Tensor:
         """In-place mean of `tensor` over `members` (this rank among them); others not involved."""
-        return self.member_groups.p_reduce_(tensor, members)
+        return self.member_groups.p_reduce_(tensor, members, self.network)
+
+    def rpc(self, peer: int, call):
+        """`call()`, a request to a service on `peer`'s node (the Group Generator), lasting at
+        least the emulated network's round trip; its result."""
+        if self.network is None:
+            return call()
+        started = self.network.clock()
+        result = call()
+        self.network.rpc(peer, started)
+        return result
 
     def close_member_groups(self, wait: bool = True) -> None:
         """Drop this rank's member communicators (MemberGroups.close)."""
@@ -202,3 +269,31 @@ class Comm:
         while arrived < count:
             time.sleep(poll_s)
             arrived = self.store.add(key, 0)
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+class _Modeled:
+    """A torch Work whose wait() also waits for the emulated network (once): `due()` is the
+    modeled end on the emulator's clock (time.monotonic), `finish()` waits for it."""
+
+    def __init__(self, work, due, finish):
+        self._work, self._due, self._finish = work, due, finish
+
+    def wait(self, timeout=None) -> bool:
+        if timeout is None:
+            self._work.wait()
+        else:
+            self._work.wait(timeout)
+        if self._finish is not None:
+            finish, self._finish = self._finish, None
+            finish()
+        return True
+
+    def is_completed(self) -> bool:
+        """Whether wait() would return at once: the real operation is done and so is the
+        modeled one."""
+        return self._work.is_completed() and (
+            self._finish is None or time.monotonic() >= self._due())

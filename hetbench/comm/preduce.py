@@ -88,12 +88,19 @@ class MemberGroups:
             self._stale.append(f"{base}/u{use - 1}")
         return group
 
-    def p_reduce_(self, tensor: torch.Tensor, members: Sequence[int]) -> torch.Tensor:
-        """In-place mean of `tensor` over `members` (this rank among them); others not involved."""
+    def p_reduce_(self, tensor: torch.Tensor, members: Sequence[int],
+                  network=None) -> torch.Tensor:
+        """In-place mean of `tensor` over `members` (this rank among them); others not involved.
+        With `network` (an emulated network's Emulator) it lasts at least its modeled time."""
         if len(set(members)) == 1:
             return tensor
         group = self.get(members)
-        group.allreduce([tensor]).wait()
+        if network is None:
+            group.allreduce([tensor]).wait()
+        else:
+            network.collective(members, tensor.numel() * tensor.element_size(),
+                               lambda t: _latest(group, t, tensor.device),
+                               lambda: group.allreduce([tensor]).wait())
         stale = self._stale
         if len(stale) >= 64:  # a round trip each: batched, so back-to-back uses rarely pay it
             for key in stale:
@@ -171,6 +178,15 @@ _HIT, _NEW = "hit", "new"  # verdicts of one use of a member set (the P-Reduce s
 
 def _preduce_base(key: tuple[int, ...]) -> str:
     return "preduce/" + "-".join(map(str, key))
+
+
+def _latest(group, t: float, device: torch.device) -> float:
+    """The MAX of t over a member communicator's ranks (an emulated network's agreed start)."""
+    value = torch.tensor([t], dtype=torch.float64, device=device)
+    options = dist.AllreduceOptions()
+    options.reduceOp = dist.ReduceOp.MAX
+    group.allreduce([value], options).wait()
+    return value.item()
 
 
 def _reap(inbox: queue.SimpleQueue, backend: str) -> None:

@@ -114,6 +114,13 @@ class Algorithm(ABC):
         silently skipped; the matrix is then refused before any process starts."""
         return None
 
+    @classmethod
+    def outside_comm(cls, config: Any) -> str | None:
+        """Why `config` communicates outside Comm (through torch DDP or Horovod directly), or
+        None. A run with a network model (`[network]`) shapes Comm's operations only, so such
+        a config is refused there rather than measured on the host's own transport."""
+        return None
+
     def setup(self, ctx: WorkerContext, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Called on every rank before training; collective group creation belongs here."""
 

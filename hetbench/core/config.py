@@ -57,6 +57,9 @@ class RunConfig:
     #: training, from every worker's model after each step; '' = none (reports then interpolate
     #: between the evaluations at eval_interval_s).
     target: str = ""
+    #: The emulated cluster's network (hetbench.network.model.NetworkConfig's fields, from a
+    #: matrix's [network] table); {} = none: the host's own transport, host time.
+    network: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.workers < 2:
@@ -103,6 +106,16 @@ class RunConfig:
                             f"{self.workload} compute = \"emulated\" (no backward pass)")
         injector = self.injector()
         injector.validate(self.workers)
+        if injector.network_kind and not self.network:
+            raise UserError(f"slowdown {self.slowdown!r} slows NICs: it needs a network model "
+                            "(a [network] table in the matrix)")
+        if self.network:
+            from hetbench.network.model import resolve_network
+
+            object.__setattr__(self, "network", resolve_network(self.network))
+            if why := algo_cls.outside_comm(algo_cfg):
+                raise UserError(f"algorithm {self.algorithm}: {why}, so a network model cannot "
+                                "shape it; drop [network] or use a Comm implementation")
         from hetbench.core.faults import parse_fault
 
         parse_fault(self.fault, self.workers)
@@ -146,6 +159,20 @@ class RunConfig:
     def compute(self) -> str:
         return self.workload_options.get("compute", "real")
 
+    @property
+    def dilation(self) -> float:
+        """Host seconds per cluster second (the network model's dilation; 1 without one)."""
+        return float(self.network.get("dilation", 1.0))
+
+    def network_model(self):
+        """The run's NetworkModel (hetbench.network.model), or None without [network]."""
+        if not self.network:
+            return None
+        from hetbench.network.model import NetworkConfig, NetworkModel
+
+        return NetworkModel(NetworkConfig(**self.network), self.workers, self.world_size,
+                            self.injector().nic_factor)
+
     # -- identity and storage ----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -164,6 +191,8 @@ class RunConfig:
         if not identity["target"]:
             # Runs without a target keep the ids they had before targets were part of a run.
             identity.pop("target")
+        if not identity["network"]:  # likewise runs without a network model
+            identity.pop("network")
         # Likewise for options added to an algorithm after runs of it were stored.
         options = identity["algorithm_options"]
         for name, default in added_later_defaults(self.algorithm_class().Config).items():

@@ -96,7 +96,43 @@ def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
         "torn_lines": torn,
         **time_breakdown(all_events),
         "train_cpu_s": train_cpu_s(run_dir, done),
+        **network_fidelity(config, done),
     }
+
+
+def network_fidelity(config: RunConfig, done: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """An emulated network's summary fields: `fidelity` ("high", "low", or "unknown" when a
+    rank left no record) and `network`, what was emulated and how late the host made it.
+
+    The late share is the lateness of every modeled operation (transfers, collectives, modeled
+    waits) over their modeled time, summed over all ranks; above the network's max_lateness
+    the host did not keep up and the run is `fidelity: low` (raise the dilation).
+    """
+    if not config.network:
+        return {}
+    records = [r.get("network") if r else None for r in done]
+    info: dict[str, Any] = {
+        "preset": config.network.get("preset", ""), "dilation": config.dilation,
+        "description": config.network_model().describe(),
+        "time": "cluster seconds (host seconds / dilation)"}
+    if any(r is None for r in records):
+        return {"fidelity": "unknown", "network": info}
+    modeled = sum(r["modeled_s"] for r in records)
+    late = sum(r["late_s"] for r in records)
+    idle = [r["host_idle"] for r in records if r.get("host_idle") is not None]
+    share = late / modeled if modeled > 0 else 0.0
+    info.update({
+        "late_share": share, "max_late_ms": max(r["max_late_s"] for r in records) * 1e3,
+        "operations": sum(r["operations"] for r in records),
+        "unmatched": sum(r["unmatched"] for r in records),
+        "host_idle": sorted(idle)[len(idle) // 2] if idle else None,
+    })
+    low = share > config.network["max_lateness"]
+    if low:
+        info["hint"] = (f"the host finished modeled operations {share:.0%} late (over "
+                        f"{config.network['max_lateness']:.0%}): raise dilation (now "
+                        f"{config.dilation:g})")
+    return {"fidelity": "low" if low else "high", "network": info}
 
 
 def done_records(config: RunConfig, run_dir: Path) -> list[dict[str, Any] | None]:

@@ -32,6 +32,7 @@ from typing import Any
 
 from hetbench.core.config import RunConfig
 from hetbench.errors import UserError
+from hetbench.network.model import resolve_network
 
 AXES = {"algorithms": str, "workloads": str, "workers": int, "slowdown": str, "seeds": int}
 SCALARS = {
@@ -60,8 +61,9 @@ def expand(spec: dict[str, Any]) -> list[RunConfig]:
     spec = {**DEFAULTS, **spec}
     # [tune] is bench tune's (hetbench.harness.tune), [slurm] the SLURM launcher's job
     # (hetbench.harness.launch.slurm): neither is part of a run.
+    # [network] is the emulated cluster's (hetbench.network.model), the same for every run.
     known = set(AXES) | set(SCALARS) | set(TABLES) | {"name", "description", "target", "tune",
-                                                      "slurm"}
+                                                      "slurm", "network"}
     unknown = sorted(set(spec) - known)
     if unknown:
         raise UserError(
@@ -90,6 +92,7 @@ def expand(spec: dict[str, Any]) -> list[RunConfig]:
         if name not in axes["workloads"]:
             raise UserError(f"matrix: [workload.{name}] names a workload not in `workloads`")
 
+    network = resolve_network(spec.get("network"))
     configs = []
     seen = set()
     for algorithm, workload, workers, slowdown, seed in itertools.product(*axes.values()):
@@ -106,7 +109,7 @@ def expand(spec: dict[str, Any]) -> list[RunConfig]:
                 algorithm=algorithm, workload=workload, workers=workers, slowdown=slowdown,
                 seed=seed, algorithm_options=algo_opts, workload_options=load_opts,
                 matrix=str(spec.get("name", "adhoc")), target=_target_for(spec, workload),
-                **scalars,
+                network=network, **scalars,
             )
             if config.run_id not in seen:
                 seen.add(config.run_id)
@@ -186,9 +189,20 @@ def from_file_and_flags(matrix_file: Path | None, *, algorithms: str | None = No
                         slowdown: str | None = None, iterations: int | None = None,
                         seconds: float | None = None, seeds: str | None = None,
                         pace_ms: float | None = None, launcher: str | None = None,
+                        network: str | None = None, dilation: float | None = None,
                         ) -> tuple[dict[str, Any], list[RunConfig]]:
-    """The matrix of a file (optional) with command-line flags over it: (spec, RunConfigs)."""
+    """The matrix of a file (optional) with command-line flags over it: (spec, RunConfigs).
+    `network` names a preset (or "none": no network model), `dilation` sets the network's."""
     spec = load_matrix_file(matrix_file) if matrix_file else {"name": "adhoc"}
+    if network == "none":
+        spec.pop("network", None)
+    elif network is not None:  # the preset's values, under nothing the file set
+        spec["network"] = {"preset": network}
+    if dilation is not None:
+        if not spec.get("network"):
+            raise UserError("--dilation stretches a network model's time: give --network "
+                            "PRESET or a [network] table too")
+        spec["network"] = {**spec["network"], "dilation": dilation}
     flags = {
         "algorithms": split_list(algorithms, str, "--algorithms"),
         "workloads": split_list(workloads, str, "--workloads"),

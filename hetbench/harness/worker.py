@@ -15,6 +15,7 @@ import bisect
 import contextlib
 import json
 import os
+import socket
 import sys
 import time
 import traceback
@@ -39,6 +40,7 @@ from hetbench.core.tensors import flat_params, params_of, set_flat_params
 from hetbench.core.workload import Workload
 from hetbench.errors import UserError
 from hetbench.harness.compute_end import ComputeEnd
+from hetbench.network.emulator import Emulator
 
 #: Snapshots kept per worker; beyond this the snapshot stride doubles (older odd ticks dropped).
 MAX_SNAPSHOTS = 48
@@ -172,9 +174,17 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous,
                             services=services)
         _progress["phase"] = "setup"
         algorithm.setup(ctx, model, optimizer)
+        network = config.network_model()
+        if network is not None:
+            _check_one_host(comm, rank)
+            if rank == 0:
+                Emulator.prepare(run_dir, world_size)
         _note(rank, "set up; waiting for the common start")
         comm.barrier()  # common start: nobody's clock runs during the others' set-up
         comm.end_setup()
+        if network is not None:
+            comm.network = Emulator.open(run_dir, network, rank)
+            _note(rank, f"network emulated: {network.describe()}")
         _note(rank, "training")
         t0_ns = time.time_ns()
         # This process's CPU time (all its threads) while training: what the run cost the cores
@@ -184,6 +194,7 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous,
             _progress["phase"] = "serving"
             _progress["finish"] = algorithm.serve(ctx, model, optimizer) or {}
             _progress["train_cpu_s"] = time.process_time() - cpu0_s
+            _end_network(comm)
             return
         snapshots = Snapshots(config.eval_interval_s)
         snapshots.maybe_take(0.0, 0, model)  # tick 0: the common initial model
@@ -197,12 +208,13 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous,
         _progress["phase"] = "finish"
         _progress["finish"] = algorithm.finish(ctx, model) or {}
         _progress["train_cpu_s"] = time.process_time() - cpu0_s
+        _end_network(comm)  # evaluation runs at the host's own speed
         if not algorithm.synchronous:
             # Asynchronous workers can end their budgets far apart (a deterministic straggler
             # runs its own iterations); the evaluation's collectives must not time out on it.
             _progress["phase"] = "waiting for the other workers to finish"
             comm.wait_for_arrivals("worker-finished", config.workers)
-        end_s = (time.time_ns() - t0_ns) / 1e9
+        end_s = (time.time_ns() - t0_ns) / 1e9 / config.dilation
         _progress["phase"] = "evaluation"
         _note(rank, f"trained {iterations_done} iterations; evaluating")
         if config.save_models:
@@ -215,7 +227,27 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous,
         _progress["failed_at_ns"] = time.time_ns()
         raise
     finally:
+        if comm.network is not None:
+            comm.network.close()
         comm.close()
+
+
+def _check_one_host(comm: Comm, rank: int) -> None:
+    """An emulated network needs every rank on one host (one clock, one shared file)."""
+    host = socket.gethostname()
+    if rank == 0:
+        comm.store.set("hetbench/network-host", host)
+    elif comm.store.get("hetbench/network-host").decode() != host:
+        raise RuntimeError(f"a [network] model emulates a cluster on one host, but rank {rank} "
+                           f"runs on {host}, not on rank 0's host")
+
+
+def _end_network(comm: Comm) -> None:
+    """Training is over: stop emulating, and keep this rank's fidelity record for done.json."""
+    if comm.network is not None:
+        _progress.setdefault("finish", {})["network"] = comm.network.report()
+        comm.network.close()
+        comm.network = None
 
 
 def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, optimizer,
@@ -224,7 +256,15 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
     """Train until the budget is spent; returns the worker's final iteration counter."""
     rank, comm, device = ctx.rank, ctx.comm, ctx.device
     options = config.workload_config()
-    end_compute = ctx.end_compute = ComputeEnd(config.injector(), rank, config.pace_ms / 1000)
+    # Dilation k (a network model's): modeled times last k times longer on this host, and every
+    # time recorded is cluster time, the host's divided by k, from the common start t0.
+    k = config.dilation
+
+    def cluster_ns(host_ns: int) -> int:
+        return host_ns if k == 1.0 else t0_ns + round((host_ns - t0_ns) / k)
+
+    end_compute = ctx.end_compute = ComputeEnd(config.injector(), rank,
+                                               k * config.pace_ms / 1000)
     batch_size = options.batch_size
     agree_on_stop = algorithm.synchronous and config.seconds is not None
     fault = parse_fault(config.fault, config.workers)
@@ -245,7 +285,7 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
     kept_s = 0.0  # seconds History.add took after the previous step
     try:
         while True:
-            elapsed_s = (time.time_ns() - t0_ns) / 1e9
+            elapsed_s = (time.time_ns() - t0_ns) / 1e9 / k
             stop = (config.iterations is not None and iteration >= config.iterations) or (
                 config.seconds is not None and elapsed_s >= config.seconds)
             if agree_on_stop:
@@ -257,13 +297,16 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
             # Keeping models for evaluation is outside every step but inside the run's wall
             # time: its seconds are on record (snapshot_s) beside the step they follow.
             snapshot_s = kept_s + (
-                snapshots.maybe_take(elapsed_s, iteration, model) if snapshots else 0.0)
+                snapshots.maybe_take(elapsed_s, iteration, model) if snapshots else 0.0) / k
             kept_s = 0.0
 
             end_compute.begin(iteration, elapsed_s)
-            t_start = end_compute.t_start_ns
+            t_start = cluster_ns(end_compute.t_start_ns)
             if batches is None:
-                time.sleep(options.compute_ms / 1000)
+                if comm.network is None:
+                    time.sleep(k * options.compute_ms / 1000)
+                else:  # a modeled wait: its lateness counts against the run's fidelity
+                    comm.network.wait(k * options.compute_ms / 1000, comm.network.clock())
                 loss_value = float("nan")
             else:
                 x, y = next(batches)
@@ -272,15 +315,15 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
                 loss.backward()  # DDP's hook may end compute in here (see compute_end.py)
                 loss_value = loss.item()  # also waits for a GPU to finish the step
             end_compute()
-            compute_s = end_compute.compute_s
+            compute_s = end_compute.compute_s / k
             if fault:
                 fault.maybe_fire(rank, iteration)
             # Communication that started inside backward counts from end_compute on.
-            t_sync = end_compute.t_end_ns
+            t_sync = cluster_ns(end_compute.t_end_ns)
             info = algorithm.step(ctx, model, optimizer)
-            t_end = time.time_ns()
+            t_end = cluster_ns(time.time_ns())
             step_s = (t_end - t_sync) / 1e9
-            wait_s = min(info.wait_s, step_s)
+            wait_s = min(info.wait_s / k, step_s)
             cpu_now_s = time.process_time()
             process_cpu_s, cpu_mark_s = cpu_now_s - cpu_mark_s, cpu_now_s
             log.append({
@@ -295,7 +338,7 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
             })
             iteration = info.next_iteration if info.next_iteration is not None else iteration + 1
             if history is not None:  # after the event; its time goes in the next one's
-                kept_s = history.add((t_end - t0_ns) / 1e9, iteration, model)
+                kept_s = history.add((t_end - t0_ns) / 1e9, iteration, model) / k
     finally:
         ctx.stopping = True
         log.close()

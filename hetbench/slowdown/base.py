@@ -17,6 +17,11 @@ class Injector(ABC):
     kind: ClassVar[str]
     syntax: ClassVar[str]
     description: ClassVar[str]
+    #: Whether the kind slows NICs (it needs a network model) rather than compute.
+    network_kind: ClassVar[bool] = False
+    #: nic_factor(rank, t_s): the divisor of a rank's NIC bandwidth at cluster time t_s, for
+    #: the network kinds (slowdown/network.py); None: every NIC at full speed.
+    nic_factor = None
 
     @classmethod
     @abstractmethod

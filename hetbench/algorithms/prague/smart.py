@@ -88,7 +88,9 @@ class GeneratedGroups(PragueBase):
         self._client = GroupClient(ctx.services["gg_address"], ctx.comm.timeout.total_seconds())
 
     def next_group(self, ctx):
-        reply = self._client.group(ctx.rank)
+        # The Group Generator serves from rank 0's node: under a network model its RPC pays
+        # that round trip.
+        reply = ctx.comm.rpc(0, lambda: self._client.group(ctx.rank))
         return tuple(reply.members), {"group_id": reply.group_id}
 
     def finish(self, ctx, model):

@@ -1,0 +1,183 @@
+"""A run's network, emulated on its host: each Comm operation completes no sooner than the
+network model's time for it, stretched by the dilation, while the real tensors still move.
+
+Comm calls in here around each real operation (comm/comm.py, comm/preduce.py), from the common
+start to the end of training; set-up and evaluation run at the host's own speed. The shaping
+is in user space (a sleep until the modeled end), so it needs no root and no `tc` and works the
+same under every launcher, as long as all ranks share one host (network/shared.py).
+
+- A collective: its members agree on its modeled start, the latest of their arrivals and of
+  the moments their NICs are free (a tiny MAX all-reduce of their own, before the real one),
+  then each waits until start + the ring's modeled duration.
+- A point-to-point message: the sender reserves the NICs on its way in the ledger (a busy NIC
+  makes it queue), posts the delivery time in the mailbox and waits until its bytes are out;
+  the receiver waits until the delivery time.
+
+Fidelity: an operation whose real cost exceeds its modeled time finishes late, and the model
+no longer holds. Every operation's lateness is summed against its modeled time; a run whose
+share exceeds NetworkConfig.max_lateness is marked `fidelity: low` (raise the dilation, so
+that the host's own costs shrink beside every modeled duration). This is the check network
+emulators such as Mininet-HiFi make before they trust a result.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from hetbench.network.model import NetworkModel, egress, ingress
+from hetbench.network.shared import FILE_NAME, SharedState
+
+
+class Fidelity:
+    """How late the host made this rank's modeled operations (host seconds)."""
+
+    def __init__(self):
+        self.operations = 0
+        self.modeled_s = 0.0
+        self.late_s = 0.0
+        self.max_late_s = 0.0
+        #: Receives whose delivery time was not found (mailbox slot reused): not delayed.
+        self.unmatched = 0
+
+    def add(self, modeled_s: float, late_s: float) -> None:
+        self.operations += 1
+        self.modeled_s += modeled_s
+        if late_s > 0:
+            self.late_s += late_s
+            self.max_late_s = max(self.max_late_s, late_s)
+
+    def to_dict(self) -> dict:
+        return {"operations": self.operations, "modeled_s": self.modeled_s,
+                "late_s": self.late_s, "max_late_s": self.max_late_s,
+                "unmatched": self.unmatched}
+
+
+def host_cpu() -> tuple[int, int] | None:
+    """(idle, total) jiffies of the whole host since boot, from /proc/stat (None elsewhere)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return fields[3] + (fields[4] if len(fields) > 4 else 0), sum(fields[:8])
+
+
+class Emulator:
+    """One rank's view of the emulated network."""
+
+    def __init__(self, model: NetworkModel, state: SharedState, rank: int,
+                 clock: Callable[[], float] = time.monotonic):
+        self.model = model
+        self.state = state
+        self.rank = rank
+        self.k = model.config.dilation
+        self.clock = clock
+        self.ledger = state.ledger
+        self.t0 = clock()
+        self.fidelity = Fidelity()
+        self._own_ports = (egress(rank), ingress(rank))
+        self._sent: dict[tuple[int, int], int] = {}
+        self._taken: dict[tuple[int, int], int] = {}
+        self._cpu0 = host_cpu()
+
+    @classmethod
+    def prepare(cls, run_dir: Path, world_size: int) -> None:
+        """Rank 0, before the others open it: a fresh shared file (a rerun's is reset)."""
+        SharedState(Path(run_dir) / FILE_NAME, world_size, create=True).close()
+
+    @classmethod
+    def open(cls, run_dir: Path, model: NetworkModel, rank: int) -> Emulator:
+        return cls(model, SharedState(Path(run_dir) / FILE_NAME, model.world_size), rank)
+
+    def close(self) -> None:
+        self.state.close()
+
+    def cluster_s(self, host_t: float) -> float:
+        """Cluster seconds since this emulator opened (time for NIC slowdowns)."""
+        return (host_t - self.t0) / self.k
+
+    # -- collectives -------------------------------------------------------------------------
+    def collective(self, members: Sequence[int], nbytes: int, agree: Callable[[float], float],
+                   run: Callable[[], object], broadcast: bool = False) -> None:
+        """Run a collective over `members` (this rank among them) no faster than the model:
+        `agree(t)` is the members' MAX of t (a real collective of their own), `run()` the real
+        operation."""
+        arrived = self.clock()
+        ring = self.model.ring(members, nbytes, self.cluster_s(arrived), broadcast)
+        if ring.duration_s == 0.0:
+            run()
+            return
+        k = self.k
+        mine = [(p, busy * k) for p, busy in ring.port_busy if p in self._own_ports]
+        ready = max(arrived, self.ledger.free_at([p for p, _ in mine])) if mine else arrived
+        start = agree(ready)
+        run()
+        if mine:
+            self.ledger.book(mine, start)
+        self._until(start + ring.duration_s * k, ring.duration_s * k)
+
+    # -- point to point ----------------------------------------------------------------------
+    def send_begin(self, dst: int, nbytes: int, key: int) -> tuple[float, float]:
+        """Before a real send: reserve its NICs and post its delivery; returns (posted, when
+        its bytes are out) for send_end."""
+        now = self.clock()
+        transfer = self.model.transfer(self.rank, dst, nbytes, self.cluster_s(now))
+        busy = transfer.busy_s * self.k
+        start = self.ledger.reserve(transfer.ports, now, busy) if transfer.ports else now
+        out = start + busy
+        seq = self._sent.get((dst, key), 0)
+        self._sent[(dst, key)] = seq + 1
+        self.state.post(self.rank, dst, key, seq, now, out + transfer.latency_s * self.k)
+        return now, out
+
+    def send_end(self, posted: float, out: float) -> None:
+        """After the real send: wait until the modeled bytes are out."""
+        self._until(out, out - posted)
+
+    def recv_ticket(self, src: int, key: int) -> int:
+        """This rank's next message number from src on stream `key` (take it when the receive
+        is posted, in posting order: messages of one stream arrive in order)."""
+        seq = self._taken.get((src, key), 0)
+        self._taken[(src, key)] = seq + 1
+        return seq
+
+    def delivery(self, src: int, key: int, seq: int) -> float:
+        """When that message is delivered (0 when unknown), for a real receive that is done."""
+        entry = self.state.read(src, self.rank, key, seq)
+        return 0.0 if entry is None else entry[1]
+
+    def recv_end(self, src: int, key: int, seq: int) -> None:
+        """After the real receive: wait until the message's modeled delivery."""
+        entry = self.state.read(src, self.rank, key, seq)
+        if entry is None:
+            self.fidelity.unmatched += 1
+            return
+        posted, delivered = entry
+        self._until(delivered, delivered - posted)
+
+    def rpc(self, peer: int, started: float) -> None:
+        """A small request to `peer` and its answer (the Group Generator's), its real call
+        begun at `started` (this clock): it lasts at least the round trip's latency."""
+        self.wait(self.model.rpc_s(self.rank, peer) * self.k, started)
+
+    def wait(self, modeled_s: float, started: float) -> None:
+        """A modeled wait (emulated compute, an RPC) begun at `started`: until started +
+        modeled_s, recorded for fidelity like a transfer."""
+        self._until(started + modeled_s, modeled_s)
+
+    def _until(self, end: float, modeled_s: float) -> None:
+        now = self.clock()
+        if now < end:
+            time.sleep(end - now)
+            now = self.clock()
+        self.fidelity.add(modeled_s, now - end)
+
+    def report(self) -> dict:
+        """This rank's fidelity record (done.rank<r>.json's `network`)."""
+        record = self.fidelity.to_dict()
+        cpu = host_cpu()
+        if cpu is not None and self._cpu0 is not None and cpu[1] > self._cpu0[1]:
+            record["host_idle"] = (cpu[0] - self._cpu0[0]) / (cpu[1] - self._cpu0[1])
+        return record

@@ -1,0 +1,182 @@
+"""The emulated network on real gloo ranks (hetbench/network/emulator.py through Comm): modeled
+links bound every operation from below, NICs queue, dilation stretches, and a run whose host
+cannot keep up is marked `fidelity: low`."""
+
+import time
+
+import pytest
+import torch
+
+from hetbench.core.config import RunConfig
+from hetbench.network.emulator import Emulator
+from hetbench.network.model import GBIT, NetworkConfig, NetworkModel
+from hetbench.sim.model import layout
+from tests.helpers import events, on_ranks, run_config
+
+
+def _emulate(comm, run_dir, **options):
+    """Every rank of `comm` emulates NetworkConfig(**options) from here on (collective)."""
+    model = NetworkModel(NetworkConfig(**options), comm.world_size, comm.world_size)
+    if comm.rank == 0:
+        Emulator.prepare(run_dir, comm.world_size)
+    comm.barrier()
+    comm.network = Emulator.open(run_dir, model, comm.rank)
+    return comm.network
+
+
+def _stream(comm, run_dir, options, nbytes, count):
+    """Rank 0 sends `count` messages of nbytes to rank 1, then one 8-byte message; the receive
+    times (and the tiny message's send time) on the shared monotonic clock."""
+    _emulate(comm, run_dir, **options)
+    payload, tiny = torch.zeros(nbytes // 4), torch.zeros(2)
+    if comm.rank == 0:
+        for _ in range(count):
+            comm.send(payload, 1)
+        comm.barrier()
+        sent = time.monotonic()
+        comm.send(tiny, 1)
+        return sent
+    arrivals = []
+    for _ in range(count):
+        comm.recv(payload, 0)
+        arrivals.append(time.monotonic())
+    comm.barrier()
+    comm.recv(tiny, 0)
+    return arrivals, time.monotonic()
+
+
+@pytest.mark.parametrize("gbps, dilation, latency_us, nbytes, count", [
+    (0.01, 1, 2000, 62_500, 5),          # 10 Mbit/s: 50 ms a message
+    (1, 1, 2000, 1_250_000, 10),         # 1 Gbit/s: 10 ms
+    (100, 100, 100, 6_250_000, 6),       # 100 Gbit/s dilated 100x: 50 ms on this host
+])
+def test_a_modeled_link_delivers_its_bandwidth_and_latency(tmp_path, gbps, dilation, latency_us,
+                                                           nbytes, count):
+    options = dict(nic_gbps=gbps, inter_gbps=gbps, inter_latency_us=latency_us,
+                   dilation=dilation)
+    sent, (arrivals, received) = on_ranks(_stream, 2, tmp_path, options, nbytes, count)
+    # Goodput between the first and last delivery, in cluster time: within 5%.
+    goodput = (count - 1) * nbytes / ((arrivals[-1] - arrivals[0]) / dilation)
+    assert goodput == pytest.approx(gbps * GBIT, rel=0.05)
+    # A one-way tiny message: the latency (plus 8 bytes' time), within max(0.2 ms, 5%).
+    expected = latency_us * 1e-6 + 8 / (gbps * GBIT)
+    one_way = (received - sent) / dilation
+    assert one_way >= expected * 0.999
+    assert one_way - expected <= max(0.2e-3, 0.05 * expected)
+
+
+def _into_one_nic(comm, run_dir, nbytes):
+    """Rank 0 alone sends to rank 2; then ranks 0 and 1 at once. Rank 2's times for each."""
+    _emulate(comm, run_dir, nic_gbps=1, inter_gbps=100, inter_latency_us=10)
+    payload = torch.zeros(nbytes // 4)
+    timings = []
+    for senders in ([0], [0, 1]):
+        comm.barrier()
+        start = time.monotonic()
+        if comm.rank in senders:
+            comm.send(payload, 2)
+        elif comm.rank == 2:
+            for _ in senders:
+                comm.recv(payload)
+            timings.append(time.monotonic() - start)
+    return timings
+
+
+def test_two_transfers_into_one_nic_take_twice_as_long(tmp_path):
+    alone, together = on_ranks(_into_one_nic, 3, tmp_path, 2_500_000)[2]
+    # 20 ms, less the barrier's skew (rank 2 may leave it after the sender)
+    assert alone >= 0.95 * 2_500_000 / GBIT
+    assert together / alone == pytest.approx(2.0, rel=0.15)
+
+
+def _pairs(comm, run_dir, nbytes):
+    """Average over intra-node pairs, then inter-node pairs (2 nodes of 2 ranks)."""
+    pairs = {"intra": [[0, 1], [2, 3]], "inter": [[0, 2], [1, 3]]}
+    tensor = torch.ones(nbytes // 4)
+    for groups in pairs.values():
+        for members in groups:
+            comm.group(members)
+        # gloo connects a group's pairs on its first collective: not what is measured here
+        comm.average_(tensor, members=next(g for g in groups if comm.rank in g))
+    _emulate(comm, run_dir, workers_per_node=2, intra_gbps=100, intra_latency_us=5,
+             nic_gbps=1, inter_gbps=1, inter_latency_us=50)
+    took = {}
+    for kind, groups in pairs.items():
+        mine = next(g for g in groups if comm.rank in g)
+        comm.barrier()
+        start = time.monotonic()
+        comm.average_(tensor, members=mine)
+        took[kind] = time.monotonic() - start
+    return took
+
+
+def test_an_inter_node_group_is_slower_than_an_intra_node_group_of_the_same_size(tmp_path):
+    nbytes = 5_000_000
+    for took in on_ranks(_pairs, 4, tmp_path, nbytes):
+        # the ring over 1 Gbit/s NICs: 40 ms; inside a node 0.4 ms modeled (plus gloo's own)
+        assert took["inter"] >= 0.95 * 2 * (50e-6 + nbytes / 2 / GBIT)
+        assert took["inter"] > 2 * took["intra"]
+
+
+def _one_transfer(comm, run_dir, dilation, nbytes):
+    _emulate(comm, run_dir, nic_gbps=1, inter_gbps=1, inter_latency_us=100, dilation=dilation)
+    payload = torch.zeros(nbytes // 4)
+    comm.barrier()
+    start = time.monotonic()
+    if comm.rank == 0:
+        comm.send(payload, 1)
+    else:
+        comm.recv(payload, 0)
+    return time.monotonic() - start
+
+
+def test_doubling_dilation_doubles_the_measured_time(tmp_path):
+    once = on_ranks(_one_transfer, 2, tmp_path, 1, 3_125_000)[1]  # 25 ms
+    twice = on_ranks(_one_transfer, 2, tmp_path, 2, 3_125_000)[1]
+    assert twice / once == pytest.approx(2.0, rel=0.1)
+
+
+def _emulated_run(run_dir, network, algorithm="allreduce", workers=2, **fields):
+    return run_config(run_dir, algorithm=algorithm, workload="mlp-digits", workers=workers,
+                      iterations=30, warmup_iterations=2, network=network, **fields)
+
+
+def test_fidelity_is_low_when_the_host_cannot_keep_up_and_high_when_dilated(tmp_path):
+    # A model far faster than gloo on this host: every collective finishes late.
+    fast = _emulated_run(tmp_path / "fast", {"nic_gbps": 100, "inter_gbps": 100,
+                                             "inter_latency_us": 0, "intra_latency_us": 0})
+    assert fast["status"] == "ok"
+    assert fast["fidelity"] == "low"
+    assert fast["network"]["late_share"] > 0.05 and "raise dilation" in fast["network"]["hint"]
+    # 100 Mbit/s, 1 ms, dilated 4x: the host's own cost is small beside every modeled time.
+    slow = _emulated_run(tmp_path / "slow", {"nic_gbps": 0.1, "inter_gbps": 0.1,
+                                             "inter_latency_us": 1000, "dilation": 4})
+    assert slow["status"] == "ok"
+    assert slow["fidelity"] == "high", slow["network"]
+    assert slow["network"]["operations"] >= 60  # an all-reduce per iteration and worker
+
+
+def test_an_emulated_run_reports_cluster_time_and_pays_the_modeled_network(tmp_path):
+    """allreduce on 2 nodes: every step lasts at least its ring all-reduce over the modeled
+    NICs, in cluster time, whatever the dilation."""
+    network = {"nic_gbps": 0.1, "inter_gbps": 0.1, "inter_latency_us": 1000, "dilation": 3}
+    summary = _emulated_run(tmp_path, network)
+    assert summary["status"] == "ok" and summary["network"]["dilation"] == 3
+    config = RunConfig(algorithm="allreduce", workload="mlp-digits", workers=2, iterations=30)
+    model = NetworkModel(NetworkConfig(**network), 2, 2)
+    ring_s = model.ring([0, 1], layout(config).model_bytes).duration_s  # one bucket
+    for rank_events in events(tmp_path, 2).values():
+        steps = [e["comm_s"] + e["wait_s"] for e in rank_events[2:]]
+        assert min(steps) >= ring_s * 0.99
+        assert sorted(steps)[len(steps) // 2] < ring_s * 1.5  # cluster time, not host time
+
+
+@pytest.mark.parametrize("algorithm, workers", [
+    ("ps-async", 3), ("adpsgd", 4), ("prague-smart", 4), ("hop", 4), ("dpsgd", 4),
+])
+def test_every_kind_of_communication_runs_under_the_network_model(tmp_path, algorithm, workers):
+    summary = _emulated_run(tmp_path, {"preset": "prague", "dilation": 2}, algorithm, workers,
+                            slowdown="net:4@1")
+    assert summary["status"] == "ok", summary.get("cause")
+    assert summary["network"]["unmatched"] == 0
+    assert summary["fidelity"] in ("high", "low")

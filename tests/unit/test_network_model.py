@@ -1,0 +1,112 @@
+"""The network model (hetbench/network/model.py): placement, link costs, rings, the NIC ledger,
+and the [network] table's resolution. Pure: no processes."""
+
+import pytest
+
+from hetbench.core.config import RunConfig
+from hetbench.errors import UserError
+from hetbench.network.model import (
+    GBIT,
+    PRESETS,
+    Ledger,
+    NetworkConfig,
+    NetworkModel,
+    egress,
+    ingress,
+    resolve_network,
+)
+from hetbench.slowdown import parse_slowdown
+
+
+def model(workers=4, world_size=None, factor=None, **options):
+    return NetworkModel(NetworkConfig(**options), workers, world_size or workers, factor)
+
+
+def test_workers_fill_nodes_in_rank_order_and_servers_get_nodes_of_their_own():
+    m = model(workers=5, world_size=7, workers_per_node=2)
+    assert m.node == [0, 0, 1, 1, 2, 3, 4]
+
+
+def test_a_transfer_costs_latency_plus_bytes_over_its_slowest_link():
+    m = model(workers_per_node=2, intra_latency_us=1, intra_gbps=100, inter_latency_us=30,
+              inter_gbps=40, nic_gbps=10)
+    inside = m.transfer(0, 1, 1e6)
+    assert inside.latency_s == pytest.approx(1e-6)
+    assert inside.busy_s == pytest.approx(1e6 / (100 * GBIT))
+    assert inside.ports == ()  # nothing queues inside a node
+    across = m.transfer(1, 2, 1e6)
+    assert across.latency_s == pytest.approx(30e-6)
+    assert across.busy_s == pytest.approx(1e6 / (10 * GBIT))  # the NIC, not the 40 Gbit/s link
+    assert across.ports == (egress(1), ingress(2))
+
+
+def test_a_slow_nic_divides_its_bandwidth_and_only_its_own():
+    slow = parse_slowdown("net:4@2")
+    m = model(nic_gbps=10, inter_gbps=100, factor=slow.nic_factor)
+    assert m.transfer(0, 2, 1e6).busy_s == pytest.approx(4 * m.transfer(0, 1, 1e6).busy_s)
+    assert slow.factor(2, 0, 0.0) == 1.0  # compute untouched
+
+
+def test_ring_all_reduce_is_2_n_minus_1_steps_as_slow_as_the_slowest_link():
+    nbytes = 8e6
+    flat = model(workers_per_node=4, intra_latency_us=2, intra_gbps=100)
+    ring = flat.ring(range(4), nbytes)
+    assert ring.duration_s == pytest.approx(6 * (2e-6 + nbytes / 4 / (100 * GBIT)))
+    assert ring.port_busy == ()
+    split = model(workers_per_node=2, intra_gbps=100, inter_latency_us=20, nic_gbps=10)
+    ring = split.ring(range(4), nbytes)
+    assert ring.duration_s == pytest.approx(6 * (20e-6 + nbytes / 4 / (10 * GBIT)))
+    # The ring 0-1-2-3-0 crosses nodes at 1->2 and 3->0: those NICs carry 6 chunks each.
+    assert sorted(p for p, _ in ring.port_busy) == sorted(
+        [egress(1), ingress(2), egress(3), ingress(0)])
+    assert [b for _, b in ring.port_busy] == pytest.approx([6 * nbytes / 4 / (10 * GBIT)] * 4)
+    assert split.ring([3], nbytes).duration_s == 0.0
+    # A broadcast pipelines n-1 steps.
+    assert split.ring(range(4), nbytes, broadcast=True).duration_s == pytest.approx(
+        3 * (20e-6 + nbytes / 4 / (10 * GBIT)))
+
+
+def test_transfers_sharing_a_nic_queue_first_come_first_served():
+    ledger = Ledger(8)
+    first = ledger.reserve([egress(0), ingress(2)], at=1.0, busy_s=0.5)
+    second = ledger.reserve([egress(1), ingress(2)], at=1.1, busy_s=0.5)
+    elsewhere = ledger.reserve([egress(3), ingress(1)], at=1.1, busy_s=0.5)
+    assert (first, second, elsewhere) == (1.0, 1.5, 1.1)
+    ledger.book([(ingress(2), 0.25)], start=1.2)  # a collective booked meanwhile goes after
+    assert ledger.free_at([ingress(2)]) == pytest.approx(2.25)
+
+
+def test_a_network_table_resolves_its_preset_under_its_own_values():
+    resolved = resolve_network({"preset": "prague", "dilation": 8})
+    assert resolved["workers_per_node"] == PRESETS["prague"][0]["workers_per_node"]
+    assert resolved["dilation"] == 8.0 and resolved["preset"] == "prague"
+    assert resolve_network(resolved) == resolved  # resolving twice changes nothing
+    assert resolve_network({}) == {}
+    with pytest.raises(UserError, match=r"unknown preset 'nope'.*prague"):
+        resolve_network({"preset": "nope"})
+    with pytest.raises(UserError, match=r"unknown option.*nic_mbps"):
+        resolve_network({"nic_mbps": 10})
+    with pytest.raises(UserError, match="dilation must be > 0"):
+        resolve_network({"dilation": 0})
+
+
+def _config(**fields):
+    return RunConfig(**{"algorithm": "allreduce", "workload": "mlp-digits", "workers": 4,
+                        "iterations": 20, **fields})
+
+
+def test_runs_without_a_network_keep_their_ids_and_runs_with_one_differ():
+    plain = _config()
+    emulated = _config(network={"preset": "hop"})
+    assert emulated.run_id != plain.run_id
+    assert emulated.dilation == 1.0 and plain.dilation == 1.0
+    assert plain.network_model() is None
+    assert emulated.network_model().node == [0, 1, 2, 3]
+
+
+def test_network_slowdowns_need_a_network_and_comm_bypassing_impls_are_refused():
+    with pytest.raises(UserError, match="slows NICs: it needs a network model"):
+        _config(slowdown="net:4@1")
+    assert _config(slowdown="net:4@1", network={"preset": "hop"}).slowdown == "net:4@1"
+    with pytest.raises(UserError, match="impl = ddp communicates through ddp"):
+        _config(network={"preset": "hop"}, algorithm_options={"impl": "ddp"})
