@@ -164,13 +164,13 @@ class RunConfig:
         """Host seconds per cluster second (the network model's dilation; 1 without one)."""
         return float(self.network.get("dilation", 1.0))
 
-    def network_model(self):
-        """The run's NetworkModel (hetbench.network.model), or None without [network]."""
+    def cluster(self):
+        """The run's Cluster (hetbench.network.model), or None without [network]."""
         if not self.network:
             return None
-        from hetbench.network.model import NetworkConfig, NetworkModel
+        from hetbench.network.model import Cluster, NetworkConfig
 
-        return NetworkModel(NetworkConfig(**self.network), self.workers, self.world_size,
+        return Cluster(NetworkConfig(**self.network), self.workers, self.world_size,
                             self.injector().nic_factor)
 
     # -- identity and storage ----------------------------------------------------------------

@@ -113,7 +113,7 @@ def network_fidelity(config: RunConfig, done: list[dict[str, Any] | None]) -> di
     records = [r.get("network") if r else None for r in done]
     info: dict[str, Any] = {
         "preset": config.network.get("preset", ""), "dilation": config.dilation,
-        "description": config.network_model().describe(),
+        "description": config.cluster().describe(),
         "time": "cluster seconds (host seconds / dilation)"}
     if any(r is None for r in records):
         return {"fidelity": "unknown", "network": info}

@@ -174,7 +174,7 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous,
                             services=services)
         _progress["phase"] = "setup"
         algorithm.setup(ctx, model, optimizer)
-        network = config.network_model()
+        network = config.cluster()
         if network is not None:
             _check_one_host(comm, rank)
             if rank == 0:

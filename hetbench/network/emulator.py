@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from hetbench.network.model import NetworkModel, egress, ingress
+from hetbench.network.model import Cluster, egress, ingress
 from hetbench.network.shared import FILE_NAME, SharedState
 
 
@@ -67,7 +67,7 @@ def host_cpu() -> tuple[int, int] | None:
 class Emulator:
     """One rank's view of the emulated network."""
 
-    def __init__(self, model: NetworkModel, state: SharedState, rank: int,
+    def __init__(self, model: Cluster, state: SharedState, rank: int,
                  clock: Callable[[], float] = time.monotonic):
         self.model = model
         self.state = state
@@ -88,7 +88,7 @@ class Emulator:
         SharedState(Path(run_dir) / FILE_NAME, world_size, create=True).close()
 
     @classmethod
-    def open(cls, run_dir: Path, model: NetworkModel, rank: int) -> Emulator:
+    def open(cls, run_dir: Path, model: Cluster, rank: int) -> Emulator:
         return cls(model, SharedState(Path(run_dir) / FILE_NAME, model.world_size), rank)
 
     def close(self) -> None:

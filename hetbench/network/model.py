@@ -142,7 +142,7 @@ def ingress(rank: int) -> int:
     return 2 * rank + 1
 
 
-class NetworkModel:
+class Cluster:
     """A run's cluster: NetworkConfig placed over `workers` workers and the server ranks.
 
     `nic_factor(rank, t_s)` (optional) is the divisor of a rank's NIC bandwidth at cluster time

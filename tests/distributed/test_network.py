@@ -9,14 +9,14 @@ import torch
 
 from hetbench.core.config import RunConfig
 from hetbench.network.emulator import Emulator
-from hetbench.network.model import GBIT, NetworkConfig, NetworkModel
+from hetbench.network.model import GBIT, Cluster, NetworkConfig
 from hetbench.sim.model import layout
 from tests.helpers import events, on_ranks, run_config
 
 
 def _emulate(comm, run_dir, **options):
     """Every rank of `comm` emulates NetworkConfig(**options) from here on (collective)."""
-    model = NetworkModel(NetworkConfig(**options), comm.world_size, comm.world_size)
+    model = Cluster(NetworkConfig(**options), comm.world_size, comm.world_size)
     if comm.rank == 0:
         Emulator.prepare(run_dir, comm.world_size)
     comm.barrier()
@@ -163,7 +163,7 @@ def test_an_emulated_run_reports_cluster_time_and_pays_the_modeled_network(tmp_p
     summary = _emulated_run(tmp_path, network)
     assert summary["status"] == "ok" and summary["network"]["dilation"] == 3
     config = RunConfig(algorithm="allreduce", workload="mlp-digits", workers=2, iterations=30)
-    model = NetworkModel(NetworkConfig(**network), 2, 2)
+    model = Cluster(NetworkConfig(**network), 2, 2)
     ring_s = model.ring([0, 1], layout(config).model_bytes).duration_s  # one bucket
     for rank_events in events(tmp_path, 2).values():
         steps = [e["comm_s"] + e["wait_s"] for e in rank_events[2:]]

@@ -8,9 +8,9 @@ from hetbench.errors import UserError
 from hetbench.network.model import (
     GBIT,
     PRESETS,
+    Cluster,
     Ledger,
     NetworkConfig,
-    NetworkModel,
     egress,
     ingress,
     resolve_network,
@@ -19,7 +19,7 @@ from hetbench.slowdown import parse_slowdown
 
 
 def model(workers=4, world_size=None, factor=None, **options):
-    return NetworkModel(NetworkConfig(**options), workers, world_size or workers, factor)
+    return Cluster(NetworkConfig(**options), workers, world_size or workers, factor)
 
 
 def test_workers_fill_nodes_in_rank_order_and_servers_get_nodes_of_their_own():
@@ -100,8 +100,8 @@ def test_runs_without_a_network_keep_their_ids_and_runs_with_one_differ():
     emulated = _config(network={"preset": "hop"})
     assert emulated.run_id != plain.run_id
     assert emulated.dilation == 1.0 and plain.dilation == 1.0
-    assert plain.network_model() is None
-    assert emulated.network_model().node == [0, 1, 2, 3]
+    assert plain.cluster() is None
+    assert emulated.cluster().node == [0, 1, 2, 3]
 
 
 def test_network_slowdowns_need_a_network_and_comm_bypassing_impls_are_refused():
