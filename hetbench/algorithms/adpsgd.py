@@ -214,8 +214,9 @@ class ADPSGDSim(Protocol):
         peer = int(peers[self.rng[w].integers(len(peers))])
         start = max(self.server_free[peer], t)
         active = self.eng.active
-        end = (start + self.net.message(self.model_bytes + 4, active)
-               + self.net.message(self.model_bytes, active))
+        # The request (model and a flag) to the passive peer, then its reply.
+        asked = self.net.message_to(w, peer, self.model_bytes + 4, start, active)
+        end = self.net.message_to(peer, w, self.model_bytes, asked, active)
         self.server_free[peer] = end
         self.served[peer] += 1
         # Both iterations as the request and the reply carry them (the passive's at the time

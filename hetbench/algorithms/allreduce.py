@@ -308,8 +308,8 @@ class AllReduceSim(Protocol):
             return
         start = self.eng.now  # events run in time order: the last arrival is now
         active = self.eng.active
-        cost = sum(self.net.ring_allreduce(b, self.n, active) for b in self.buckets)
+        end = self.net.rings(range(self.n), self.buckets, start, active)
         for x in self.arrived:
-            self.eng.end_step(x, start + cost, start - self.eng.t_sync[x], peers=self.n - 1,
+            self.eng.end_step(x, end, start - self.eng.t_sync[x], peers=self.n - 1,
                               staleness=0.0)
         self.arrived = []

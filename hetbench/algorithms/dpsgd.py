@@ -189,7 +189,10 @@ class DPSGDSim(Protocol):
         # x sends to and receives from each of its d in-neighbours: d hops' worth of CPU time
         # (a ring all-reduce hop is one send and one receive per process), one alpha.
         net = self.net
-        exchange = (net.alpha_s + self.model_bytes / net.beta_bytes_per_s
-                    + len(receive_from) * net.cpu_s * net.share(self.eng.active))
-        self.eng.end_step(x, max(latest, mine) + exchange, latest - mine,
-                          peers=len(receive_from), staleness=0.0)
+        begin = max(latest, mine)
+        if net.cluster is None:
+            end = begin + (net.alpha_s + self.model_bytes / net.beta_bytes_per_s
+                           + len(receive_from) * net.cpu_s * net.share(self.eng.active))
+        else:  # each in-neighbour's model over its links, queued at x's NIC
+            end = max(net.wire(j, x, self.model_bytes, begin) for j in receive_from)
+        self.eng.end_step(x, end, latest - mine, peers=len(receive_from), staleness=0.0)

@@ -331,8 +331,9 @@ class HopSim(Protocol):
 
     # -- messages ----------------------------------------------------------------------------
     def _send(self, w: int, kind: int, lo: int, hi: int, entered: int) -> None:
-        arrive = self.eng.now + self.net.message(self.msg_bytes, self.eng.active)
+        now, active = self.eng.now, self.eng.active
         for j in self.graph[w]:
+            arrive = self.net.message_to(w, j, self.msg_bytes, now, active)
             self.eng.at(arrive, self._deliver, w, j, kind, lo, hi, entered)
 
     def _deliver(self, src, dst, kind, lo, hi, entered):

@@ -158,6 +158,9 @@ class PSSyncSim(Protocol):
         self.arrived.append(w)
         if len(self.arrived) < self.n:
             return
+        if self.net.cluster is not None:
+            self._ready_on_cluster()
+            return
         t_sync, hop, cpu = self.eng.t_sync, self.net.hop(self.eng.active), self.net.cpu_s
         free = 0.0
         for x in self.arrived:  # arrival order
@@ -166,6 +169,21 @@ class PSSyncSim(Protocol):
             end = free + (i + 1) * (cpu + self.pull) + hop
             own = 2 * (hop + cpu) + self.push + self.pull
             self.eng.end_step(x, end, end - t_sync[x] - own, peers=self.n - 1, staleness=0.0)
+        self.arrived = []
+
+    def _ready_on_cluster(self) -> None:
+        """The same step on a run's Cluster: every push queues at the server's NIC, every pull
+        at its NIC's sending side; the wait is what the step took beyond the worker's own
+        push and pull on idle links."""
+        net, server, t_sync = self.net, self.n, self.eng.t_sync
+        pushed = max(net.wire(x, server, self.model_bytes + 4, t_sync[x]) for x in self.arrived)
+        for x in sorted(self.arrived):  # the server sends to workers 0..n-1
+            end = net.wire(server, x, self.model_bytes, pushed)
+            alone = net.cluster.transfer(x, server, self.model_bytes + 4)
+            back = net.cluster.transfer(server, x, self.model_bytes)
+            own = alone.latency_s + alone.busy_s + back.latency_s + back.busy_s
+            self.eng.end_step(x, end, max(end - t_sync[x] - own, 0.0), peers=self.n - 1,
+                              staleness=0.0)
         self.arrived = []
 
 
@@ -194,7 +212,8 @@ class PSAsyncSim(Protocol):
 
     def ready(self, w):
         net = self.net
-        arrive = self.eng.now + net.alpha_s + (self.model_bytes + 4) / net.beta_bytes_per_s
+        server = self.n
+        arrive = net.wire(w, server, self.model_bytes + 4, self.eng.now)
         starts = self._starts
         while starts and starts[0] <= arrive:
             starts.popleft()
@@ -202,7 +221,7 @@ class PSAsyncSim(Protocol):
         competing = max(self.eng.active - len(starts), 1)
         starts.append(start)
         self.server_free = start + 2 * net.cpu_s * net.share(competing)
-        end = self.server_free + net.alpha_s + self.model_bytes / net.beta_bytes_per_s
+        end = net.wire(server, w, self.model_bytes, self.server_free)
         # Requests are scheduled here in the order the server takes them (FIFO), so this is
         # the update count the reply carries, as the real server's does.
         self.version += 1

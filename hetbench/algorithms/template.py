@@ -106,7 +106,7 @@ class LocalSGDSim(Protocol):
         if len(self.arrived) < self.n:
             return
         start = self.eng.now  # events run in time order: the last arrival is now
-        end = start + self.net.ring_allreduce(self.model_bytes, self.n, self.eng.active)
+        end = self.net.ring(range(self.n), self.model_bytes, start, self.eng.active)
         for x in self.arrived:
             self.eng.end_step(x, end, start - self.eng.t_sync[x], peers=self.n - 1,
                               staleness=0.0)

@@ -103,10 +103,23 @@ def resolve_network(table: dict[str, Any] | None) -> dict[str, Any]:
     if preset and preset not in PRESETS:
         raise UserError(f"network: unknown preset {preset!r}; presets are: "
                         f"{', '.join(sorted(PRESETS))}")
-    from hetbench.core.options import build_config
-
     values = {**(PRESETS[preset][0] if preset else {}), **table}
-    return dataclasses.asdict(build_config(NetworkConfig, values, "network"))
+    fields = {f.name: f.type for f in dataclasses.fields(NetworkConfig)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise UserError(f"network: unknown option(s) {', '.join(unknown)}; options are: "
+                        f"{', '.join(sorted(fields))}")
+    for key, value in values.items():
+        kind = fields[key]  # a string: this module has `from __future__ import annotations`
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if (kind == "str" and not isinstance(value, str)) or (kind != "str" and not number) or (
+                kind == "int" and not isinstance(value, int)):
+            wanted = {"str": "a string", "int": "an integer", "float": "a number"}[kind]
+            raise UserError(f"network: option {key} must be {wanted}, got {value!r}")
+    try:
+        return dataclasses.asdict(NetworkConfig(**values))
+    except ValueError as exc:
+        raise UserError(f"network: {exc}") from None
 
 
 @dataclass(frozen=True)

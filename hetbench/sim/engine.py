@@ -42,7 +42,7 @@ class Engine:
     def __init__(self, config: RunConfig, models: SimModels, sink: EventSink | None = None):
         self.config = config
         self.models = models
-        self.network = models.network
+        self.network = models.for_run(config)
         self.layout = layout(config)
         self.n = config.workers
         self.compute_s = models.compute.seconds(config)
@@ -102,7 +102,7 @@ class Engine:
             self._agreeing.append(w)
             if len(self._agreeing) == self.n:
                 # Everyone is in the agreement all-reduce: the last arrival is now (t).
-                done = t + self.network.ring_allreduce(4, self.n)
+                done = self.network.ring(range(self.n), 4, t)
                 stop = any(self._budget_spent(x, t) for x in range(self.n))
                 for x in self._agreeing:
                     self.at(done, self.protocol.finish if stop else self._compute, x, done)

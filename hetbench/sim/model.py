@@ -90,6 +90,101 @@ class NetworkModel:
         """P-Reduce over a group: the ring all-reduce formula over its members (0 alone)."""
         return self.ring_allreduce(nbytes, members, active)
 
+    # -- by rank and time: what protocols call, so a run's Cluster (ClusterNetwork) can answer
+    # the same questions with its links and NIC queues; here every link is alike.
+    #: The run's hetbench.network Cluster, when the run has one (ClusterNetwork); None here.
+    cluster = None
+
+    def wire(self, src: int, dst: int, nbytes: float, at: float) -> float:
+        """When a message sent at `at` arrives: alpha + bytes/beta (no CPU term)."""
+        return at + self.alpha_s + nbytes / self.beta_bytes_per_s
+
+    def message_to(self, src: int, dst: int, nbytes: float, at: float,
+                   active: int = 1) -> float:
+        """When a message sent at `at` arrives, with its CPU time (`message`)."""
+        return at + self.message(nbytes, active)
+
+    def ring(self, members, nbytes: float, at: float, active: int | None = None) -> float:
+        """When a ring all-reduce over `members` that starts at `at` ends."""
+        return at + self.ring_allreduce(nbytes, len(members), active)
+
+    def rings(self, members, sizes, at: float, active: int | None = None) -> float:
+        """When ring all-reduces of `sizes` (buckets), one after another, end."""
+        return at + sum(self.ring_allreduce(b, len(members), active) for b in sizes)
+
+    def rpc_one_way(self, w: int) -> float:
+        """One way from worker w to a service on rank 0's node (the Group Generator)."""
+        return self.alpha_s
+
+
+class ClusterNetwork:
+    """A run's Cluster (its [network] table: hetbench.network.model) as the simulator's
+    network: the same model, the same NIC queues (a Ledger on simulated time) as an emulated
+    run of the same matrix, so the two compare cell by cell.
+
+    The host's CPU is not modeled (cpu_s = 0): an emulated run's dilation is there to make it
+    negligible, and its fidelity record says whether it was. Protocols that ask without ranks
+    (sgp's flights, allreduce-backup's server) get the cluster's slowest link, inter-node, for
+    every message, and no NIC queue.
+    """
+
+    cpu_s = 0.0
+    cores = None
+
+    def __init__(self, cluster, base: NetworkModel):
+        from hetbench.network.model import Ledger
+
+        self.cluster = cluster
+        self.ledger = Ledger(cluster.ports)
+        self.group_setup_s = base.group_setup_s
+        self.gg_request_s = base.gg_request_s
+        c = cluster.config
+        several_nodes = max(cluster.node) > 0
+        self.alpha_s = (c.inter_latency_us if several_nodes else c.intra_latency_us) * 1e-6
+        self.beta_bytes_per_s = (min(c.nic_gbps, c.inter_gbps) if several_nodes
+                                 else c.intra_gbps) * 1e9 / 8
+
+    def share(self, active: int) -> float:
+        return 1.0
+
+    def hop(self, active: int = 1) -> float:
+        return self.alpha_s
+
+    def message(self, nbytes: float, active: int = 1) -> float:
+        return self.alpha_s + nbytes / self.beta_bytes_per_s
+
+    def ring_allreduce(self, nbytes: float, n: int, active: int | None = None) -> float:
+        return self.cluster.ring(range(n), nbytes).duration_s
+
+    def p_reduce(self, nbytes: float, members: int, active: int | None = None) -> float:
+        return self.ring_allreduce(nbytes, members, active)
+
+    def wire(self, src: int, dst: int, nbytes: float, at: float) -> float:
+        transfer = self.cluster.transfer(src, dst, nbytes, at)
+        start = (self.ledger.reserve(transfer.ports, at, transfer.busy_s) if transfer.ports
+                 else at)
+        return start + transfer.busy_s + transfer.latency_s
+
+    def message_to(self, src: int, dst: int, nbytes: float, at: float,
+                   active: int = 1) -> float:
+        return self.wire(src, dst, nbytes, at)
+
+    def ring(self, members, nbytes: float, at: float, active: int | None = None) -> float:
+        ring = self.cluster.ring(members, nbytes, at)
+        if ring.duration_s == 0.0:
+            return at
+        start = max(at, self.ledger.free_at(ring.ports))
+        self.ledger.book(ring.port_busy, start)
+        return start + ring.duration_s
+
+    def rings(self, members, sizes, at: float, active: int | None = None) -> float:
+        for nbytes in sizes:
+            at = self.ring(members, nbytes, at)
+        return at
+
+    def rpc_one_way(self, w: int) -> float:
+        return self.cluster.rpc_s(w, 0) / 2
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -208,8 +303,22 @@ class SimModels:
     network: NetworkModel = NetworkModel()
     compute: ComputeModel = ComputeModel()
 
+    def for_run(self, config: RunConfig) -> NetworkModel | ClusterNetwork:
+        """The network a simulated run plays on: its own [network] Cluster if it has one."""
+        cluster = config.cluster()
+        return self.network if cluster is None else ClusterNetwork(cluster, self.network)
+
     def to_dict(self, config: RunConfig) -> dict[str, Any]:
         """The assumptions of one simulated run, for its summary.json."""
+        if config.network:
+            return {
+                "network": config.cluster().describe(), "cpu_per_message_us": 0.0,
+                "gg_request_us": self.network.gg_request_s * 1e6,
+                "group_setup_ms": self.network.group_setup_s * 1e3,
+                "compute_ms": self.compute.seconds(config) * 1e3,
+                "compute_model": self.compute.describe(config),
+                "model_bytes": layout(config).model_bytes,
+            }
         return {
             "alpha_us": self.network.alpha_s * 1e6,
             "beta_gbps": self.network.beta_bytes_per_s * 8 / 1e9,

@@ -98,7 +98,7 @@ class Meetings:
         del self.open[key]
         net = self.p.net
         start = max(a[1] for a in arrivals)
-        end = start + net.p_reduce(self.p.model_bytes, len(members), self.p.eng.active)
+        end = net.ring(members, self.p.model_bytes, start, self.p.eng.active)
         if self.caches.use(members):
             self.hits += 1
         else:

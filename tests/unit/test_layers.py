@@ -18,6 +18,7 @@ ROOT = Path(hetbench.__file__).parent
 LAYERS = [
     "hetbench.errors",
     "hetbench.slowdown",
+    "hetbench.network",
     "hetbench.comm",
     "hetbench.core",
     "hetbench.workloads",

@@ -137,17 +137,18 @@ class PragueGeneratedSim(Protocol):
         cls = engine.config.algorithm_class()
         spec = cls.generator_spec(self.config, self.n)
         self.gg = GroupGenerator(self.n, spec.pop("group_size"), seed=engine.config.seed, **spec)
-        self.rpc = self.net.alpha_s  # one way; a request's round trip is 2 alpha
+        # One way from each worker to the server (on rank 0's node); a round trip is twice.
+        self.rpc = [self.net.rpc_one_way(w) for w in range(self.n)]
         self.service = self.net.gg_request_s
         self.gg_free = 0.0
         self.meetings = Meetings(self)
         #: Event fields of each open group, encoded once for all its members.
         self._fields: dict[int, str] = {}
 
-    def _serve(self) -> float:
+    def _serve(self, w: int) -> float:
         """A request sent now: when the server takes it (messages arrive in the order they
         are sent, so the generator is called here, in that order: FIFO)."""
-        served = max(self.gg_free, self.eng.now + self.rpc)
+        served = max(self.gg_free, self.eng.now + self.rpc[w])
         self.gg_free = served + self.service
         return served
 
@@ -155,8 +156,8 @@ class PragueGeneratedSim(Protocol):
         """w asks for its next group now: (the group, or None once w is drained; when the
         reply reaches w). Every request carries the time the server takes it, as the real
         server stamps every request with its clock, those of finish() included."""
-        served = self._serve()
-        return self.gg.request(w, served), self.gg_free + self.rpc
+        served = self._serve(w)
+        return self.gg.request(w, served), self.gg_free + self.rpc[w]
 
     def ready(self, w):
         group, reply = self._ask(w)
@@ -177,9 +178,9 @@ class PragueGeneratedSim(Protocol):
             self.eng.end_step(w, end, wait_s, fields, peers=peers, staleness=staleness)
 
     def finish(self, w, t):
-        self._serve()
+        self._serve(w)
         self.gg.finish(w)  # Done
-        self.eng.at(self.gg_free + self.rpc, self._drain, w)
+        self.eng.at(self.gg_free + self.rpc[w], self._drain, w)
 
     def _drain(self, w):
         """finish(): P-Reduce the groups already queued for w, then stop."""

@@ -1,0 +1,46 @@
+"""bench sim on a run's [network] Cluster (sim/model.py ClusterNetwork): the simulator asks the
+same model an emulated run uses, NIC queues included."""
+
+from hetbench.core.config import RunConfig
+from hetbench.network.model import GBIT
+from hetbench.sim.engine import simulate
+from hetbench.sim.model import ComputeModel, NetworkModel, SimModels, layout
+
+MODELS = SimModels(NetworkModel(), ComputeModel(constant_s=0.05))
+
+
+def _sim(tmp_path, algorithm, network, workers=8, slowdown="none"):
+    config = RunConfig(algorithm=algorithm, workload="mlp-digits", workers=workers,
+                       slowdown=slowdown, iterations=40, network=network)
+    return config, simulate(config, MODELS, tmp_path).summary
+
+
+def test_a_parameter_servers_nic_bounds_its_workers(tmp_path):
+    # 8 workers push to one server NIC of 0.01 Gbit/s: each push takes 15 ms there, so a round
+    # of 8 takes at least 8 x 15 ms whatever the workers' own NICs do.
+    network = {"nic_gbps": 0.01, "inter_gbps": 100, "inter_latency_us": 0}
+    config, summary = _sim(tmp_path, "ps-sync", network)
+    push_s = (layout(config).model_bytes + 4) / (0.01 * GBIT)
+    per_iteration = summary["train_wall_s"] / 40
+    assert per_iteration >= 8 * push_s
+    assert summary["simulated"] and "NIC 0.01 Gbit/s" in summary["sim"]["network"]
+
+
+def test_inter_node_rings_and_slow_nics_cost_what_the_cluster_says(tmp_path):
+    one_node = {"workers_per_node": 8, "intra_gbps": 100, "nic_gbps": 0.01}
+    two_nodes = {**one_node, "workers_per_node": 4}
+    _, inside = _sim(tmp_path / "a", "allreduce", one_node)
+    _, across = _sim(tmp_path / "b", "allreduce", two_nodes)
+    _, slow_nic = _sim(tmp_path / "c", "allreduce", two_nodes, slowdown="net:4@3")
+    assert across["throughput"] < 0.9 * inside["throughput"]
+    assert slow_nic["throughput"] < 0.9 * across["throughput"]  # worker 3's NIC is on the ring
+    _, off_ring = _sim(tmp_path / "d", "allreduce", two_nodes, slowdown="net:4@1")
+    assert off_ring["throughput"] == across["throughput"]  # 1's links stay inside node 0
+
+
+def test_a_simulated_run_with_a_network_is_reproducible(tmp_path):
+    network = {"preset": "prague"}
+    first = _sim(tmp_path / "1", "prague-smart", network, slowdown="prob:5")[1]
+    second = _sim(tmp_path / "2", "prague-smart", network, slowdown="prob:5")[1]
+    assert first["throughput"] == second["throughput"]
+    assert first["iterations"] == second["iterations"]
