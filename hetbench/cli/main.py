@@ -5,6 +5,7 @@ Bad input prints one line (`error: ...`) and exits with code 2; `--debug` shows 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -88,6 +89,8 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         launcher=launcher, network=network, dilation=dilation)
     out_dir = out or Path("results") / str(spec["name"])
     check_writable(out_dir)
+    for warning in _dilation_warnings(configs):
+        click.echo(f"warning: {warning}", err=True)
     if dry_run:
         names = variant_names_of(configs)
         for config in configs:
@@ -105,6 +108,23 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
                    "`bench tune` runs the tuning trials", err=True)
     if run_with_progress(configs, out_dir, force, {"slurm": spec.get("slurm")}):
         sys.exit(1)
+
+
+def _dilation_warnings(configs) -> list[str]:
+    """Emulated-network runs whose dilation is obviously too small for this host (once each)."""
+    from hetbench.network.model import dilation_warning
+
+    warnings = []
+    for config in configs:
+        if not config.network:
+            continue
+        options = config.workload_options
+        compute_ms = options.get("compute_ms", 0.0) if config.compute == "emulated" else 0.0
+        step_s = max(compute_ms, config.pace_ms) / 1000
+        warning = dilation_warning(config.workers, os.cpu_count() or 1, step_s, config.dilation)
+        if warning and warning not in warnings:
+            warnings.append(warning)
+    return warnings
 
 
 def _prepare(configs, out_dir: Path, force: bool) -> None:

@@ -11,10 +11,10 @@ from hetbench.core.signals import exit_code, interrupted_cause
 
 def variant_names_of(configs) -> dict[str, str]:
     """run_id -> the name that tells it apart from runs of its algorithm with other options."""
-    from hetbench.core.variants import variant_names
+    from hetbench.core.variants import variant_names, with_network
 
-    names = variant_names((c.algorithm, c.workload, c.algorithm_options, c.workload_options)
-                          for c in configs)
+    names = variant_names((c.algorithm, c.workload, c.algorithm_options,
+                           with_network(c.workload_options, c.network)) for c in configs)
     return {c.run_id: name for c, name in zip(configs, names, strict=True)}
 
 

@@ -13,6 +13,8 @@ matrix) stay out of every name, as before sweeps existed.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -38,6 +40,31 @@ def variant_names(runs: Iterable[RunOptions]) -> list[str]:
                  if len(varied[key]) > 1 and not (key in defaults and defaults[key] == value)]
         names.append(f"{algorithm}[{','.join(shown)}]" if shown else algorithm)
     return names
+
+
+def with_network(load_opts: Mapping[str, Any] | None,
+                 network: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Workload options plus the run's network model as one more option, so that runs on
+    different emulated networks (or on none) are named apart and never averaged together:
+    `allreduce[network=prague/x8]`; a run without one is `network=none` (the default: the bare
+    name)."""
+    return {**(load_opts or {}), "network": network_label(network)}
+
+
+def network_label(network: Mapping[str, Any] | None) -> str:
+    """`none`, `prague/x8` (a preset as it is, dilation 8), or `custom-1a2b/x8` (own values,
+    told apart by a digest of the links)."""
+    if not network:
+        return "none"
+    from hetbench.network.model import resolve_network
+
+    links = {k: v for k, v in network.items() if k not in ("preset", "dilation", "max_lateness")}
+    preset = network.get("preset", "")
+    name = preset or "custom"
+    if not preset or any(resolve_network({"preset": preset})[k] != v for k, v in links.items()):
+        digest = hashlib.sha1(json.dumps(links, sort_keys=True).encode()).hexdigest()[:4]
+        name = f"{name}-{digest}"
+    return f"{name}/x{network.get('dilation', 1.0):g}"
 
 
 def base_name(name: str) -> str:
@@ -68,6 +95,7 @@ def _defaults(algorithm: str, workload: str) -> dict[str, Any]:
             continue
         found.append({f.name: f.default for f in dataclasses.fields(config_cls)
                       if f.default is not dataclasses.MISSING})
+    found[1]["network"] = "none"  # with_network's option: no network model is the default
     return _options(*found)
 
 

@@ -122,6 +122,27 @@ def resolve_network(table: dict[str, Any] | None) -> dict[str, Any]:
         raise UserError(f"network: {exc}") from None
 
 
+#: CPU seconds one worker's iteration costs the host beyond its compute (the Python loop, gloo's
+#: transport): 1.7-2.9 ms measured for ps-async and ps-sync on mlp-digits (docs/bench-sim.md).
+HOST_CPU_PER_STEP_S = 2.5e-3
+
+
+def dilation_warning(workers: int, cores: int, step_s: float, dilation: float) -> str | None:
+    """A one-line warning when `dilation` is obviously too small for `workers` on `cores`: a
+    round of iterations needs about workers x HOST_CPU_PER_STEP_S of CPU, and the host has
+    cores x dilation x step_s core-seconds for it (step_s: an iteration's modeled compute, in
+    cluster seconds). Emulation needs the host idle at least half the time; None when it is."""
+    if step_s <= 0:
+        return None
+    demand = workers * HOST_CPU_PER_STEP_S
+    if demand <= 0.5 * cores * dilation * step_s:
+        return None
+    needed = demand / (0.5 * cores * step_s)
+    return (f"dilation {dilation:g} is likely too small for {workers} workers on {cores} cores "
+            f"with {step_s * 1e3:g} ms of modeled compute per iteration (the host would be busy "
+            f"more than half the time); try dilation >= {math.ceil(needed)}")
+
+
 @dataclass(frozen=True)
 class Transfer:
     """One point-to-point message: its latency, how long its bytes hold the links, and the

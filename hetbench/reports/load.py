@@ -10,7 +10,7 @@ import pandas as pd
 from hetbench.core.config import SCHEMA_VERSION
 from hetbench.core.record import run_dirs
 from hetbench.core.store import read_json, read_jsonl
-from hetbench.core.variants import variant_names
+from hetbench.core.variants import variant_names, with_network
 from hetbench.errors import UserError
 
 CONFIG_COLUMNS = ("algorithm", "workload", "workers", "slowdown", "seed", "iterations",
@@ -40,6 +40,7 @@ def load_runs(path: str | Path) -> pd.DataFrame:
         except ValueError:
             continue
         row: dict[str, Any] = {k: config.get(k) for k in CONFIG_COLUMNS}
+        row["network_config"] = config.get("network") or {}
         summary_path = run_dir / "summary.json"
         summary = upgrade(read_json(summary_path)) if summary_path.exists() else {
             "status": "incomplete", "cause": "no summary.json (run still going, or killed)"}
@@ -56,7 +57,9 @@ def load_runs(path: str | Path) -> pd.DataFrame:
     frame["algorithm_name"] = frame["algorithm"]
     frame["algorithm"] = variant_names(
         zip(frame["algorithm"], frame["workload"], frame["algorithm_options"],
-            frame["workload_options"], strict=True))
+            [with_network(o, n) for o, n in zip(frame["workload_options"],
+                                                frame["network_config"], strict=True)],
+            strict=True))
     # `bench sim` marks its runs; real runs carry no flag.
     simulated = frame["simulated"] if "simulated" in frame else pd.Series(False, frame.index)
     frame["simulated"] = simulated.fillna(False).astype(bool)

@@ -40,7 +40,7 @@ CSV_COLUMNS = ["algorithm", "workload", "workers", "slowdown", "throughput",
                "throughput_vs_{baseline}", "throughput_std", "seeds", "final_test_accuracy",
                "final_test_perplexity",
                "compute", "synthetic", "simulated", "pace_ms", "cpu_ms_per_iteration",
-               *HEALTH_COLUMNS, "sync_flag"]
+               *HEALTH_COLUMNS, "sync_flag", "fidelity"]
 
 
 @dataclass(frozen=True)
@@ -96,11 +96,15 @@ class Report:
         one_size = self.throughput["workers"].nunique() == 1
         marks = {}
         for _, r in self.throughput.iterrows():
+            row = r["workload"] if one_size else f"{r['workload']} ({r['workers']} workers)"
+            mark = ""
             if r.get("sync_flag"):
-                row = r["workload"] if one_size else f"{r['workload']} ({r['workers']} workers)"
-                marks[(row, r["slowdown"], r["algorithm"])] = (
-                    " (sync unknown)" if r["sync_flag"].startswith("synchronization not")
-                    else " (low sync)")
+                mark = (" (sync unknown)" if r["sync_flag"].startswith("synchronization not")
+                        else " (low sync)")
+            if r.get("fidelity") == "low":  # the host fell behind the emulated network
+                mark += " (low fidelity)"
+            if mark:
+                marks[(row, r["slowdown"], r["algorithm"])] = mark
         blocks = {}
         for slowdown, block in self.prague.items():
             marked = block.astype(object).copy()
@@ -134,11 +138,35 @@ class Report:
                          "every iteration's compute, so workers sharing cores behave alike.")
         if text := convention(self.runs, self.tuning):
             notes.append(text)
+        notes += network_notes(runs)
         for workload, target in sorted(self.targets.items()):
             how = ("picked automatically: 90% of the lowest final accuracy of any run"
                    if target.source == "auto" else f"from {target.source}")
             notes.append(f"Target for {workload}: {target} ({how}).")
         return notes
+
+
+def network_notes(runs: pd.DataFrame) -> list[str]:
+    """What an emulated network did to the numbers: which cluster, in which time, and which
+    runs the host could not keep up with (their values are marked "(low fidelity)")."""
+    if "network" not in runs:
+        return []
+    emulated = runs[runs["network"].apply(lambda n: isinstance(n, dict))]
+    if emulated.empty:
+        return []
+    real = emulated[~emulated.get("simulated", pd.Series(False, index=emulated.index))
+                    .fillna(False).astype(bool)]
+    described = sorted({n["description"] for n in emulated["network"]})
+    notes = [f"Emulated network ({len(emulated)} of {len(runs)} run(s); docs/network.md): "
+             f"{'; '.join(described)}. Their times are cluster time (host time / dilation)."]
+    if not real.empty and "fidelity" in real:
+        low = real[real["fidelity"] != "high"]
+        if not low.empty:
+            names = ", ".join(f"{r['algorithm']} {r['slowdown']} w={r['workers']}"
+                              for _, r in low.iterrows())
+            notes.append(f"Low fidelity (the host fell behind the modeled network; raise "
+                         f"dilation) in {len(low)} run(s): {names}.")
+    return notes
 
 
 def build_report(results_dir: Path, baseline: str = "allreduce",

@@ -42,6 +42,11 @@ def throughput_table(runs: pd.DataFrame, baseline: str = "allreduce") -> pd.Data
                 values = pd.to_numeric(ok[column], errors="coerce").groupby(
                     [ok[k] for k in KEYS]).mean()
             table = table.merge(values.rename(column).reset_index(), on=KEYS, how="left")
+    # An emulated network's fidelity (summary.json): a cell is as trustworthy as its worst
+    # run ("low" if any seed's host fell behind the model; "" without a network model).
+    if "fidelity" in ok:
+        worst = ok.groupby(KEYS)["fidelity"].agg(_worst_fidelity)
+        table = table.merge(worst.rename("fidelity").reset_index(), on=KEYS, how="left")
     table["sync_flag"] = [
         sync_flag(row.get("sync_share"), row.get("sync_intended"), bool(row.get("simulated")))
         for _, row in table.iterrows()]
@@ -55,6 +60,14 @@ HEALTH_COLUMNS = ("sync_share", "sync_intended", "mean_group_size", "mean_stalen
 SYNC_SHORTFALL = 0.10
 #: A run averaging in fewer iterations than this is flagged even when its protocol means it to.
 SYNC_RARE = 0.5
+
+
+def _worst_fidelity(values) -> str:
+    levels = {v for v in values if isinstance(v, str)}
+    for level in ("low", "unknown", "high"):
+        if level in levels:
+            return level
+    return ""
 
 
 def sync_flag(share, intended, simulated: bool = False) -> str:

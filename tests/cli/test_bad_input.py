@@ -74,6 +74,16 @@ def cases(tmp_path):
         "unknown device": (matrix("d", 'device = "tpu"'), "device must be"),
         "unknown launcher": (matrix("r", 'launcher = "pbs"'), "launcher must be one of"),
         "slurm launcher without SLURM": (matrix("sl", 'launcher = "slurm"'), "no sbatch"),
+        "unknown network preset": ([*BASE, "--algorithms", "allreduce", "--network", "moon"],
+                                   "unknown preset 'moon'"),
+        "dilation without a network": ([*BASE, "--algorithms", "allreduce", "--dilation", "4"],
+                                       "give --network PRESET"),
+        "network option of the wrong type": (matrix("nw", '[network]\nnic_gbps = "fast"'),
+                                             "nic_gbps must be a number"),
+        "slow NICs without a network": ([*BASE, "--algorithms", "allreduce", "--slowdown",
+                                         "net:4@1"], "needs a network model"),
+        "network model on DDP": (matrix("nd", '[algorithm.allreduce]\nimpl = "ddp"\n'
+                                              '[network]\npreset = "hop"'), "cannot shape it"),
         "options for an algorithm not in the matrix": (
             matrix("o", "[algorithm.hop]\nstaleness = 1"), "names an algorithm not in"),
         "seeds not integers": ([*BASE, "--algorithms", "allreduce", "--seeds", "a,b"],

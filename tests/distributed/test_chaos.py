@@ -3,7 +3,7 @@
 Every run must end within the bound (no hang), fail exactly when a fault was injected and name
 the right cause, leave no process behind, and lose no record (every event line parses, every run
 has a summary). A second part kills bench itself (every signal, every launcher).
-HETBENCH_CHAOS_RUNS sets the number of runs (25 by default). Set
+HETBENCH_CHAOS_RUNS sets the number of runs (15 by default). Set
 HETBENCH_CHAOS_REPORT=path to keep the tally as JSON (BENCHMARKS.md cites it).
 """
 
@@ -24,8 +24,9 @@ from tests.distributed.test_faults import BOUND_S, assert_no_survivors
 from tests.distributed.test_launchers import HAVE_MPI
 from tests.distributed.test_signals import GONE_S, TAG_ENV, gone_within
 
-#: CI runs 25 (about 1.5 minutes on 2 cores); BENCHMARKS.md's tally is HETBENCH_CHAOS_RUNS=100.
-RUNS = int(os.environ.get("HETBENCH_CHAOS_RUNS", "25"))
+#: CI runs 15 (about a minute on 2 cores; 25 until the suite passed 20 minutes); BENCHMARKS.md's
+#: tally is HETBENCH_CHAOS_RUNS=100.
+RUNS = int(os.environ.get("HETBENCH_CHAOS_RUNS", "15"))
 ALGORITHMS = ["adpsgd", "prague-smart", "hop"]
 EXPECTED_CAUSE = {
     "crash": ("raised InjectedFault",),

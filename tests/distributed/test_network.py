@@ -10,6 +10,7 @@ import torch
 from hetbench.core.config import RunConfig
 from hetbench.network.emulator import Emulator
 from hetbench.network.model import GBIT, Cluster, NetworkConfig
+from hetbench.reports.report import build_report, write_report
 from hetbench.sim.model import layout
 from tests.helpers import events, on_ranks, run_config
 
@@ -154,6 +155,19 @@ def test_fidelity_is_low_when_the_host_cannot_keep_up_and_high_when_dilated(tmp_
     assert slow["status"] == "ok"
     assert slow["fidelity"] == "high", slow["network"]
     assert slow["network"]["operations"] >= 60  # an all-reduce per iteration and worker
+    # The report marks the low one in its table, its CSV and its notes.
+    report = build_report(tmp_path)
+    # Two networks: two rows (never averaged as if seeds), each named by its network.
+    fidelity = dict(zip(report.throughput["algorithm"], report.throughput["fidelity"],
+                        strict=True))
+    assert sorted(fidelity.values()) == ["high", "low"]
+    assert all(name.startswith("allreduce[network=custom-") for name in fidelity)
+    write_report(tmp_path)
+    csv = (tmp_path / "report.csv").read_text().splitlines()
+    column = csv[0].split(",").index("fidelity")
+    assert sorted(line.split(",")[column] for line in csv[1:]) == ["high", "low"]
+    notes = " ".join(report.notes())
+    assert "Emulated network (2 of 2 run(s)" in notes and "Low fidelity" in notes
 
 
 def test_an_emulated_run_reports_cluster_time_and_pays_the_modeled_network(tmp_path):
