@@ -100,7 +100,7 @@ def _pairs(comm, run_dir, nbytes):
         # gloo connects a group's pairs on its first collective: not what is measured here
         comm.average_(tensor, members=next(g for g in groups if comm.rank in g))
     _emulate(comm, run_dir, workers_per_node=2, intra_gbps=100, intra_latency_us=5,
-             nic_gbps=1, inter_gbps=1, inter_latency_us=50)
+             nic_gbps=1, inter_gbps=1, inter_latency_us=50, dilation=4)
     took = {}
     for kind, groups in pairs.items():
         mine = next(g for g in groups if comm.rank in g)
@@ -114,8 +114,9 @@ def _pairs(comm, run_dir, nbytes):
 def test_an_inter_node_group_is_slower_than_an_intra_node_group_of_the_same_size(tmp_path):
     nbytes = 5_000_000
     for took in on_ranks(_pairs, 4, tmp_path, nbytes):
-        # the ring over 1 Gbit/s NICs: 40 ms; inside a node 0.4 ms modeled (plus gloo's own)
-        assert took["inter"] >= 0.95 * 2 * (50e-6 + nbytes / 2 / GBIT)
+        # The ring over 1 Gbit/s NICs: 40 ms, 160 ms on this host at dilation 4; inside a
+        # node 0.4 ms modeled (1.6 ms here) plus gloo's own cost, up to 20 ms on 2 busy cores.
+        assert took["inter"] >= 0.95 * 4 * 2 * (50e-6 + nbytes / 2 / GBIT)
         assert took["inter"] > 2 * took["intra"]
 
 
