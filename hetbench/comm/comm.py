@@ -183,18 +183,21 @@ class Comm:
 
     def recv_on(self, group, tensor: torch.Tensor, src: int | None = None, tag: int = 0) -> int:
         """Receive on a channel; `src` and the returned sender are global ranks."""
+        if self.network is None:
+            return dist.recv(tensor, src=src, group=group, tag=tag)
+        network, since = self.network, self.network.clock()
         sender = dist.recv(tensor, src=src, group=group, tag=tag)
-        if self.network is not None:
-            key = self._stream(group, tag)
-            self.network.recv_end(sender, key, self.network.recv_ticket(sender, key))
+        key = self._stream(group, tag)
+        network.recv_end(sender, key, network.recv_ticket(sender, key), since)
         return sender
 
     def isend_on(self, group, tensor: torch.Tensor, dst: int, tag: int = 0) -> dist.Work:
         if self.network is None:
             return dist.isend(tensor, dst=dst, group=group, tag=tag)
         posted, out = self.network.send_begin(dst, _nbytes(tensor), self._stream(group, tag))
+        network = self.network
         return _Modeled(dist.isend(tensor, dst=dst, group=group, tag=tag), lambda: out,
-                        lambda: self.network.send_end(posted, out))
+                        lambda since: network.send_end(posted, out, since))
 
     def irecv_on(self, group, tensor: torch.Tensor, src: int | None = None,
                  tag: int = 0) -> dist.Work:
@@ -207,7 +210,7 @@ class Comm:
         network, key = self.network, self._stream(group, tag)
         seq = network.recv_ticket(src, key)
         return _Modeled(work, lambda: network.delivery(src, key, seq),
-                        lambda: network.recv_end(src, key, seq))
+                        lambda since: network.recv_end(src, key, seq, since))
 
     def group(self, members: Sequence[int] | None):
         """The process group of `members` (None = the world), created on first use and cached.
@@ -277,19 +280,24 @@ def _nbytes(tensor: torch.Tensor) -> int:
 
 class _Modeled:
     """A torch Work whose wait() also waits for the emulated network (once): `due()` is the
-    modeled end on the emulator's clock (time.monotonic), `finish()` waits for it."""
+    modeled end on the emulator's clock (time.monotonic), `finish(since)` waits for it.
+
+    `since` is when this rank began waiting on a real operation still in flight; one already
+    done when wait() is called finished at an unknown earlier moment and is not counted late
+    (fidelity: the rank was busy elsewhere, the network was not slow)."""
 
     def __init__(self, work, due, finish):
         self._work, self._due, self._finish = work, due, finish
 
     def wait(self, timeout=None) -> bool:
+        since = float("inf") if self._work.is_completed() else time.monotonic()
         if timeout is None:
             self._work.wait()
         else:
             self._work.wait(timeout)
         if self._finish is not None:
             finish, self._finish = self._finish, None
-            finish()
+            finish(since)
         return True
 
     def is_completed(self) -> bool:

@@ -132,9 +132,9 @@ class Emulator:
         self.state.post(self.rank, dst, key, seq, now, out + transfer.latency_s * self.k)
         return now, out
 
-    def send_end(self, posted: float, out: float) -> None:
-        """After the real send: wait until the modeled bytes are out."""
-        self._until(out, out - posted)
+    def send_end(self, posted: float, out: float, since: float = float("-inf")) -> None:
+        """After the real send: wait until the modeled bytes are out (`since`: see _until)."""
+        self._until(out, out - posted, since)
 
     def recv_ticket(self, src: int, key: int) -> int:
         """This rank's next message number from src on stream `key` (take it when the receive
@@ -148,14 +148,15 @@ class Emulator:
         entry = self.state.read(src, self.rank, key, seq)
         return 0.0 if entry is None else entry[1]
 
-    def recv_end(self, src: int, key: int, seq: int) -> None:
-        """After the real receive: wait until the message's modeled delivery."""
+    def recv_end(self, src: int, key: int, seq: int, since: float = float("-inf")) -> None:
+        """After the real receive, waited for since `since`: wait until the message's modeled
+        delivery."""
         entry = self.state.read(src, self.rank, key, seq)
         if entry is None:
             self.fidelity.unmatched += 1
             return
         posted, delivered = entry
-        self._until(delivered, delivered - posted)
+        self._until(delivered, delivered - posted, since)
 
     def rpc(self, peer: int, started: float) -> None:
         """A small request to `peer` and its answer (the Group Generator's), its real call
@@ -167,12 +168,17 @@ class Emulator:
         modeled_s, recorded for fidelity like a transfer."""
         self._until(started + modeled_s, modeled_s)
 
-    def _until(self, end: float, modeled_s: float) -> None:
+    def _until(self, end: float, modeled_s: float, since: float = float("-inf")) -> None:
+        """The real operation is done now: wait until its modeled `end`, and record how late
+        the host made it. Only the part the network is to blame for counts: a receive that
+        this rank began waiting for at `since`, after its modeled delivery (it was busy
+        elsewhere), is late by its real cost from `since` on, not by the time it sat unread."""
         now = self.clock()
+        late = now - max(end, since)
         if now < end:
             time.sleep(end - now)
-            now = self.clock()
-        self.fidelity.add(modeled_s, now - end)
+            late = self.clock() - end  # the sleep's own overshoot
+        self.fidelity.add(modeled_s, late)
 
     def report(self) -> dict:
         """This rank's fidelity record (done.rank<r>.json's `network`)."""
