@@ -197,7 +197,7 @@ class Comm:
         posted, out = self.network.send_begin(dst, _nbytes(tensor), self._stream(group, tag))
         network = self.network
         return _Modeled(dist.isend(tensor, dst=dst, group=group, tag=tag), lambda: out,
-                        lambda since: network.send_end(posted, out, since))
+                        lambda since: network.send_end(posted, out))
 
     def irecv_on(self, group, tensor: torch.Tensor, src: int | None = None,
                  tag: int = 0) -> dist.Work:

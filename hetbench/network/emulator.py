@@ -132,9 +132,13 @@ class Emulator:
         self.state.post(self.rank, dst, key, seq, now, out + transfer.latency_s * self.k)
         return now, out
 
-    def send_end(self, posted: float, out: float, since: float = float("-inf")) -> None:
-        """After the real send: wait until the modeled bytes are out (`since`: see _until)."""
-        self._until(out, out - posted, since)
+    def send_end(self, posted: float, out: float) -> None:
+        """After the real send: wait until the modeled bytes are out. A real send may finish
+        late because its receiver was not ready (gloo hands large messages over only to a
+        posted receive: AD-PSGD's passive peer busy with another request, a straggler), which
+        is the protocol's waiting, not the host's: so a send counts only its own wait's
+        overshoot, and each transfer's lateness is counted once, at its receive."""
+        self._until(out, out - posted, since=float("inf"))
 
     def recv_ticket(self, src: int, key: int) -> int:
         """This rank's next message number from src on stream `key` (take it when the receive
