@@ -90,12 +90,8 @@ class Comm:
                     members: Sequence[int] | None = None) -> torch.Tensor:
         """In-place all-reduce over the world, or over `members` (a group made by `group`)."""
         group = self.group(members)
-        if self.network is None:
-            dist.all_reduce(tensor, op=op, group=group)
-        else:
-            self.network.collective(self._ranks(members), _nbytes(tensor),
-                                    lambda t: self._latest(t, group),
-                                    lambda: dist.all_reduce(tensor, op=op, group=group))
+        self._collective(members, group, tensor,
+                         lambda: dist.all_reduce(tensor, op=op, group=group))
         return tensor
 
     def average_(self, tensor: torch.Tensor, members: Sequence[int] | None = None) -> torch.Tensor:
@@ -115,17 +111,19 @@ class Comm:
     def broadcast_(self, tensor: torch.Tensor, src: int,
                    members: Sequence[int] | None = None) -> torch.Tensor:
         group = self.group(members)
-        if self.network is None:
-            dist.broadcast(tensor, src=src, group=group)
-        else:
-            self.network.collective(self._ranks(members), _nbytes(tensor),
-                                    lambda t: self._latest(t, group),
-                                    lambda: dist.broadcast(tensor, src=src, group=group),
-                                    broadcast=True)
+        self._collective(members, group, tensor,
+                         lambda: dist.broadcast(tensor, src=src, group=group), broadcast=True)
         return tensor
 
-    def _ranks(self, members: Sequence[int] | None) -> Sequence[int]:
-        return range(self.world_size) if members is None else members
+    def _collective(self, members: Sequence[int] | None, group, tensor: torch.Tensor, run,
+                    broadcast: bool = False) -> None:
+        """run() the real collective, or, with an emulated network, no faster than modeled."""
+        if self.network is None:
+            run()
+            return
+        ranks = range(self.world_size) if members is None else members
+        self.network.collective(ranks, _nbytes(tensor), lambda t: self._latest(t, group), run,
+                                broadcast=broadcast)
 
     def _latest(self, t: float, group) -> float:
         """The MAX of t over a group's ranks (the emulated network's agreed start)."""
@@ -201,12 +199,12 @@ class Comm:
 
     def irecv_on(self, group, tensor: torch.Tensor, src: int | None = None,
                  tag: int = 0) -> dist.Work:
-        work = dist.irecv(tensor, src=src, group=group, tag=tag)
         if self.network is None:
-            return work
-        if src is None:
+            return dist.irecv(tensor, src=src, group=group, tag=tag)
+        if src is None:  # refused before anything is posted
             raise CommMisuse("Comm: an emulated network needs irecv's sender (src) to find the "
                              "message's modeled delivery; use recv(src=None) for any sender")
+        work = dist.irecv(tensor, src=src, group=group, tag=tag)
         network, key = self.network, self._stream(group, tag)
         seq = network.recv_ticket(src, key)
         return _Modeled(work, lambda: network.delivery(src, key, seq),

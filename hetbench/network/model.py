@@ -104,6 +104,8 @@ def resolve_network(table: dict[str, Any] | None) -> dict[str, Any]:
         raise UserError(f"network: unknown preset {preset!r}; presets are: "
                         f"{', '.join(sorted(PRESETS))}")
     values = {**(PRESETS[preset][0] if preset else {}), **table}
+    # Checked here rather than by core.options.build_config: this layer sits below core (comm
+    # imports it), and the table's fields are plain numbers and one string.
     fields = {f.name: f.type for f in dataclasses.fields(NetworkConfig)}
     unknown = sorted(set(values) - set(fields))
     if unknown:
