@@ -81,6 +81,13 @@ class Comm:
         could only hang; group() and channel() refuse it, average_() uses p_reduce_."""
         self._setup_open = False
 
+    def start_network(self, emulator) -> None:
+        """Training starts on an emulated network (every rank, together): `emulator` is in
+        force before the common start, a tiny all-reduce outside the emulation, so that any
+        message of training, sent after that start, meets a receiver that emulates it."""
+        self.network = emulator
+        dist.all_reduce(torch.zeros(1, device=self.device))
+
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -181,10 +188,16 @@ class Comm:
 
     def recv_on(self, group, tensor: torch.Tensor, src: int | None = None, tag: int = 0) -> int:
         """Receive on a channel; `src` and the returned sender are global ranks."""
-        if self.network is None:
-            return dist.recv(tensor, src=src, group=group, tag=tag)
-        network, since = self.network, self.network.clock()
+        # A serving thread's receive may be posted before the network starts (in setup) and
+        # complete after it, on a message of training: it is matched with its modeled delivery
+        # all the same, by the network in force when it completes (each message of a stream
+        # takes its number then, so none is skipped and no later one reads an earlier's).
+        posted_under = self.network
+        since = float("-inf") if posted_under is None else posted_under.clock()
         sender = dist.recv(tensor, src=src, group=group, tag=tag)
+        network = self.network
+        if network is None:
+            return sender
         key = self._stream(group, tag)
         network.recv_end(sender, key, network.recv_ticket(sender, key), since)
         return sender

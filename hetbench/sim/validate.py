@@ -42,19 +42,30 @@ def compare_with_real(real_dir: Path, models: SimModels, out_dir: Path,
             "slowdown": config.slowdown, "measured": measured,
             "simulated": simulated["throughput"],
             "error_pct": 100 * (simulated["throughput"] / measured - 1) if measured else None,
+            # An emulated run's (its [network]): whether the host kept up with the model.
+            "fidelity": summary.get("fidelity"),
+            "late_share": (summary.get("network") or {}).get("late_share"),
+            "host_idle": (summary.get("network") or {}).get("host_idle"),
         })
     rows.sort(key=lambda r: (r["workers"], r["algorithm"], r["slowdown"]))
     return rows
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    """The rows as a markdown table, with the mean absolute error per slowdown below it."""
-    lines = ["| algorithm | workers | slowdown | measured (samples/s) | simulated | error |",
-             "|---|---:|---|---:|---:|---:|"]
+    """The rows as a markdown table, with the mean absolute error per slowdown below it; for
+    emulated runs, each one's fidelity, late share and host idle time beside it."""
+    emulated = any(r.get("fidelity") for r in rows)
+    lines = ["| algorithm | workers | slowdown | measured (samples/s) | simulated | error |"
+             + (" fidelity | late share | host idle |" if emulated else ""),
+             "|---|---:|---|---:|---:|---:|" + ("---|---:|---:|" if emulated else "")]
     for r in rows:
         error = "" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%"
-        lines.append(f"| {r['algorithm']} | {r['workers']} | {r['slowdown']} | "
-                     f"{r['measured']:.0f} | {r['simulated']:.0f} | {error} |")
+        line = (f"| {r['algorithm']} | {r['workers']} | {r['slowdown']} | "
+                f"{r['measured']:.0f} | {r['simulated']:.0f} | {error} |")
+        if emulated:
+            line += (f" {r.get('fidelity') or ''} | {_percent(r.get('late_share'))} | "
+                     f"{_percent(r.get('host_idle'))} |")
+        lines.append(line)
     by_slowdown: dict[str, list[float]] = {}
     for r in rows:
         if r["error_pct"] is not None:
@@ -65,3 +76,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         lines.append(f"- {slowdown}: mean |error| {sum(errors) / len(errors):.1f}%, "
                      f"{within}/{len(errors)} within 15%")
     return "\n".join(lines)
+
+
+def _percent(share: float | None) -> str:
+    return "" if share is None else f"{100 * share:.1f}%"

@@ -11,7 +11,8 @@ from hetbench.core.config import RunConfig
 from hetbench.network.emulator import Emulator
 from hetbench.network.model import GBIT, Cluster, NetworkConfig
 from hetbench.reports.report import build_report, write_report
-from hetbench.sim.model import layout
+from hetbench.sim.model import ComputeModel, SimModels, layout
+from hetbench.sim.validate import compare_with_real, markdown
 from tests.helpers import events, on_ranks, run_config
 
 
@@ -21,7 +22,7 @@ def _emulate(comm, run_dir, **options):
     if comm.rank == 0:
         Emulator.prepare(run_dir, comm.world_size)
     comm.barrier()
-    comm.network = Emulator.open(run_dir, model, comm.rank)
+    comm.start_network(Emulator.open(run_dir, model, comm.rank))
     return comm.network
 
 
@@ -138,6 +139,50 @@ def test_doubling_dilation_doubles_the_measured_time(tmp_path):
     assert twice / once == pytest.approx(2.0, rel=0.1)
 
 
+def _served_before_the_start(comm, run_dir, nbytes, gap_s):
+    """Rank 1's serving thread posts a receive from any rank before the network starts (as
+    AD-PSGD's and Hop's do in setup); rank 0 sends two messages of training gap_s apart.
+    Rank 1: when each receive completed and its modeled delivery, and its fidelity record."""
+    import threading
+
+    channel = comm.channel("served")
+    comm.end_setup()
+    payload = torch.zeros(nbytes // 4)
+    done = []
+    if comm.rank == 1:
+        def serve():
+            for _ in range(2):
+                comm.recv_on(channel, payload, src=None)
+                done.append(time.monotonic())
+        server = threading.Thread(target=serve)
+        server.start()
+        time.sleep(0.2)  # the receive is posted, before anyone emulates
+    network = _emulate(comm, run_dir, nic_gbps=0.01, inter_gbps=0.01, inter_latency_us=1000)
+    if comm.rank == 0:
+        for i in range(2):
+            if i:
+                time.sleep(gap_s)
+            comm.send_on(channel, payload, 1)
+        return None
+    server.join()
+    key = comm._stream(channel, 0)
+    delivered = [network.state.read(0, 1, key, seq)[1] for seq in range(2)]
+    return done, delivered, network.fidelity.to_dict()
+
+
+def test_a_receive_posted_before_the_network_starts_meets_its_own_message(tmp_path):
+    """The first message must not be received without its number: the second receive would
+    then read the first's delivery, end before its own and count the wait for it as late."""
+    nbytes, gap_s = 125_000, 0.3  # 100 ms at 10 Mbit/s
+    done, delivered, fidelity = on_ranks(_served_before_the_start, 2, tmp_path, nbytes,
+                                         gap_s)[1]
+    assert fidelity["operations"] == 2 and fidelity["unmatched"] == 0
+    for finished, due in zip(done, delivered, strict=True):
+        assert finished >= due
+    assert delivered[1] - delivered[0] >= gap_s
+    assert fidelity["late_s"] < 0.05, fidelity  # the real cost of a 125 KB receive
+
+
 def _emulated_run(run_dir, network, algorithm="allreduce", workers=2, **fields):
     return run_config(run_dir, algorithm=algorithm, workload="mlp-digits", workers=workers,
                       iterations=30, warmup_iterations=2, network=network, **fields)
@@ -169,6 +214,13 @@ def test_fidelity_is_low_when_the_host_cannot_keep_up_and_high_when_dilated(tmp_
     assert sorted(line.split(",")[column] for line in csv[1:]) == ["high", "low"]
     notes = " ".join(report.notes())
     assert "Emulated network (2 of 2 run(s)" in notes and "Low fidelity" in notes
+    # bench sim --against plays each on its own network and shows its fidelity beside it.
+    models = SimModels(compute=ComputeModel(constant_s=0.005))  # real compute: a guess
+    rows = compare_with_real(tmp_path, models, tmp_path / "sim")
+    assert sorted(r["fidelity"] for r in rows) == ["high", "low"]
+    assert all(r["simulated"] > 0 and r["late_share"] is not None for r in rows)
+    table = markdown(rows)
+    assert "| fidelity | late share | host idle |" in table and "| low |" in table
 
 
 def test_an_emulated_run_reports_cluster_time_and_pays_the_modeled_network(tmp_path):
