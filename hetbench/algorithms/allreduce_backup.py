@@ -182,8 +182,12 @@ class AllReduceBackupSim(Protocol):
     def ready(self, w):
         net = self.net
         hop, cpu = net.hop(self.eng.active), net.cpu_s
-        arrive = self.eng.now + hop + self.push
-        # Events run in time order and every push flies as long: arrivals keep that order.
+        if net.cluster is None:
+            arrive = self.eng.now + hop + self.push
+        else:  # over w's links, queued at the aggregator's NIC
+            arrive = net.wire(w, self.n, self.model_bytes + 8, self.eng.now)
+        # Events run in time order and (without a Cluster) every push flies as long: arrivals
+        # keep that order.
         self.server_free = max(self.server_free, arrive) + cpu
         if self.pulled[w] != self.version or self.live < self.quorum:
             self._drop(w)
@@ -193,9 +197,7 @@ class AllReduceBackupSim(Protocol):
             return
         self.version += 1
         for x in self.joined:
-            self.server_free += cpu + self.pull
-            end = self.server_free + hop
-            own = 2 * (hop + cpu) + self.push + self.pull
+            end, own = self._reply_to(x)
             staleness = self.version - self.pulled[x] - 1
             self.pulled[x] = self.version
             self.eng.end_step(x, end, end - self.eng.t_sync[x] - own, peers=self.quorum - 1,
@@ -208,14 +210,27 @@ class AllReduceBackupSim(Protocol):
 
     def _drop(self, w):
         """w's gradient is dropped: the aggregator answers at once with the current model."""
-        net = self.net
-        self.server_free += net.cpu_s + self.pull
-        end = self.server_free + net.hop(self.eng.active)
+        end, _ = self._reply_to(w)
         staleness = self.version - self.pulled[w]
         self.pulled[w] = self.version
         self.eng.end_step(w, end, 0.0, peers=self.quorum if self.version else 0,
                           staleness=float(staleness), discarded=True,
                           fields={"dropped": True, "version": self.version})
+
+    def _reply_to(self, x: int) -> tuple[float, float]:
+        """The aggregator's next reply, to x: when x has it, and what x's push and pull take
+        on idle links (the rest of its step is waiting)."""
+        net = self.net
+        if net.cluster is None:
+            hop, cpu = net.hop(self.eng.active), net.cpu_s
+            self.server_free += cpu + self.pull
+            return self.server_free + hop, 2 * (hop + cpu) + self.push + self.pull
+        # Replies leave one after another through the aggregator's NIC (the ledger queues them).
+        end = net.wire(self.n, x, self.model_bytes + 12, self.server_free)
+        push = net.cluster.transfer(x, self.n, self.model_bytes + 8)
+        pull = net.cluster.transfer(self.n, x, self.model_bytes + 12)
+        self.server_free = end - pull.latency_s
+        return end, push.latency_s + push.busy_s + pull.latency_s + pull.busy_s
 
     def finish(self, w, t):
         self.live -= 1

@@ -233,6 +233,13 @@ class OSGPSim(DPSGDSim):
         self.incoming: list[deque[tuple[int, int]]] = [deque() for _ in range(self.n)]
         net = self.net
         self.flight = net.alpha_s + (self.model_bytes + 4) / net.beta_bytes_per_s
+        #: On a run's Cluster, when each message (src, dst, iteration) arrives over its own
+        #: links and NIC queues, fixed once both ends are ready (the sender's isend, the
+        #: receiver's posted irecv): one copy to mix in (dropped when mixed), one for the two
+        #: waits for it, the sender's and the receiver's (dropped after both). Without one:
+        #: `flight` each.
+        self.to_mix: dict[tuple[int, int, int], float] = {}
+        self.to_wait: dict[tuple[int, int, int], list] = {}
 
     def make_exchange(self):
         return Exchange(None, self.n, self.config.peers)
@@ -241,20 +248,45 @@ class OSGPSim(DPSGDSim):
         # w posts iteration k's receives, then D-PSGD's wake-ups: whoever waits for w's
         # message or for w's receive of iteration k is among its partners of k.
         k = len(self.ready_at[w])
-        self.incoming[w].extend((k, j) for j in self.exchange.at(w, k)[1])
+        send_to, receive_from, _ = self.exchange.at(w, k)
+        self.incoming[w].extend((k, j) for j in receive_from)
+        if self.net.cluster is not None:
+            # Messages of iteration k whose other end is ready already start now, in event
+            # (time) order, so the NIC queues serve them first come, first served.
+            now, ready_at = self.eng.now, self.ready_at
+            for src, dst in [(w, j) for j in send_to] + [(j, w) for j in receive_from]:
+                if len(ready_at[dst if src == w else src]) > k:
+                    arrives = self.net.wire(src, dst, self.model_bytes + 4, now)
+                    self.to_mix[(src, dst, k)] = arrives
+                    self.to_wait[(src, dst, k)] = [arrives, 2]
         super().ready(w)
+
+    def _waited(self, key: tuple[int, int, int]) -> float:
+        """When that message arrives, for one of its two waits."""
+        entry = self.to_wait[key]
+        entry[1] -= 1
+        if not entry[1]:
+            del self.to_wait[key]
+        return entry[0]
 
     def _try(self, x):
         k = self.eng.iteration[x]
         due = k - self.delay
         ready_at, flight = self.ready_at, self.flight
+        on_cluster = self.net.cluster is not None
         mine = ready_at[x][k]
         latest = mine
         if due >= 0:
             _, partners = self._partners(x, due)
             if any(len(ready_at[j]) <= due for j in partners):
                 return
-            latest = max(mine, max(ready_at[j][due] + flight for j in partners))
+            if on_cluster:  # its in-peers' messages of `due` and its own to its out-peers
+                send_to, receive_from, _ = self.exchange.at(x, due)
+                waited = self._waited
+                latest = max([mine, *(waited((j, x, due)) for j in receive_from),
+                              *(waited((x, j, due)) for j in send_to)])
+            else:
+                latest = max(mine, max(ready_at[j][due] + flight for j in partners))
         self.waiting[x] = False
         net = self.net
         sends = len(self.exchange.at(x, k)[0])
@@ -262,7 +294,13 @@ class OSGPSim(DPSGDSim):
         incoming, mixed = self.incoming[x], []
         while incoming:
             k_in, src = incoming[0]
-            if len(ready_at[src]) <= k_in or ready_at[src][k_in] + flight > end:
+            if len(ready_at[src]) <= k_in:
+                break
+            if on_cluster:
+                if self.to_mix[(src, x, k_in)] > end:
+                    break
+                del self.to_mix[(src, x, k_in)]
+            elif ready_at[src][k_in] + flight > end:
                 break
             incoming.popleft()
             mixed.append(k - k_in)

@@ -123,9 +123,10 @@ class ClusterNetwork:
     run of the same matrix, so the two compare cell by cell.
 
     The host's CPU is not modeled (cpu_s = 0): an emulated run's dilation is there to make it
-    negligible, and its fidelity record says whether it was. Protocols that ask without ranks
-    (sgp's flights, allreduce-backup's server) get the cluster's slowest link, inter-node, for
-    every message, and no NIC queue.
+    negligible, and its fidelity record says whether it was. Every shipped protocol asks by
+    rank; one that asks without ranks (message, alpha_s, beta_bytes_per_s: a plug-in written
+    for the alpha-beta model) gets the cluster's slowest link, inter-node, for every message,
+    and no NIC queue.
     """
 
     cpu_s = 0.0

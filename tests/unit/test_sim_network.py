@@ -44,3 +44,27 @@ def test_a_simulated_run_with_a_network_is_reproducible(tmp_path):
     second = _sim(tmp_path / "2", "prague-smart", network, slowdown="prob:5")[1]
     assert first["throughput"] == second["throughput"]
     assert first["iterations"] == second["iterations"]
+
+
+def test_allreduce_backups_aggregator_nic_bounds_its_steps(tmp_path):
+    # Every gradient, the dropped ones too, enters through the aggregator's NIC, one after
+    # another: a step of 7 (8 workers, one backup) takes at least 7 pushes there. A worker
+    # whose NIC is 10x slower holds the aggregator's NIC 10x longer for each of its messages
+    # (a transfer holds both NICs at the slower one's rate), which no backup worker hides.
+    network = {"nic_gbps": 0.01, "inter_gbps": 100, "inter_latency_us": 0}
+    config, summary = _sim(tmp_path / "a", "allreduce-backup", network)
+    push_s = (layout(config).model_bytes + 8) / (0.01 * GBIT)
+    assert summary["status"] == "ok"
+    assert summary["train_wall_s"] / summary["sim"]["updates"] >= 7 * push_s * 0.999
+    _, slow = _sim(tmp_path / "b", "allreduce-backup", network, slowdown="net:10@3")
+    assert slow["throughput"] < 0.8 * summary["throughput"]
+
+
+def test_osgp_pays_a_slow_nic_on_its_own_links_only(tmp_path):
+    # 15 ms a message on 0.01 Gbit/s NICs, beside 50 ms of compute: OSGP hides it. Worker 0's
+    # NIC 10x slower (150 ms a message) is more than max_delay = 1 iteration can hide.
+    network = {"nic_gbps": 0.01, "inter_gbps": 100, "inter_latency_us": 0}
+    _, fast = _sim(tmp_path / "a", "osgp", network)
+    _, slow = _sim(tmp_path / "b", "osgp", network, slowdown="net:10@0")
+    assert fast["throughput"] == 8 * 32 / 0.05  # compute bound: every message hidden
+    assert slow["throughput"] < 0.8 * fast["throughput"]
