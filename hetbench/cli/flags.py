@@ -18,6 +18,12 @@ _MATRIX_FLAGS = [
                  help="Wall-clock budget per run (seconds; simulated seconds in `bench sim`)."),
     click.option("--seeds", help="Comma-separated seeds, or a count N meaning seeds 1..N."),
     click.option("--pace-ms", type=float, help="Floor on each iteration's compute time (ms)."),
+    click.option("--network", help="The cluster's network model: a preset name (prague, hop, "
+                 "ethernet-10g), in place of the matrix's [network] table; 'none' for none "
+                 "(docs/network.md)."),
+    click.option("--dilation", type=float, help="Time dilation of the network model (host "
+                 "seconds per cluster second; the simulator plays cluster time and only "
+                 "records it, so that its runs match an emulated matrix's)."),
 ]
 
 

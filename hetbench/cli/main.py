@@ -74,10 +74,6 @@ def list_cmd(options: bool) -> None:
 @click.option("--dry-run", is_flag=True, help="List the runs the matrix expands to, run nothing.")
 @click.option("--prepare", is_flag=True, help="Multi-node: only write each run's directory and "
               "print the torchrun/mpirun command to start on every machine.")
-@click.option("--network", help="Emulate a cluster's network: a preset name (prague, hop, "
-              "ethernet-10g), in place of the matrix's [network] table; 'none' for none.")
-@click.option("--dilation", type=float, help="Time dilation of the network model (host seconds "
-              "per cluster second; see docs/network.md).")
 def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
             pace_ms, out, launcher, force, dry_run, prepare, network, dilation) -> None:
     """Run a matrix of algorithms x workloads x workers x slowdowns x seeds."""

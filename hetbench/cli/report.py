@@ -89,11 +89,14 @@ def compare_cmd(results_dir: Path, baseline: str, target: tuple[str, ...],
 @click.option("--out", type=click.Path(path_type=Path),
               help="Results directory (default results/reproduce-NAME[-quick]).")
 @click.option("--force", is_flag=True, help="Rerun runs that already finished.")
-def reproduce_cmd(name: str, quick: bool, out: Path | None, force: bool) -> None:
+@click.option("--emulate", is_flag=True, help="On the paper's cluster as a network preset "
+              "models it, with time dilation (matrices/reproduce-NAME-emulated[-quick].toml; "
+              "docs/network.md).")
+def reproduce_cmd(name: str, quick: bool, out: Path | None, force: bool, emulate: bool) -> None:
     """Run a paper's matrix and report our ratios beside the published ones."""
     from hetbench.reports.reproduce import reproduce
 
-    paths, failed = reproduce(name, quick, out, force, echo=click.echo)
+    paths, failed = reproduce(name, quick, out, force, echo=click.echo, emulate=emulate)
     for kind in ("md", "html", "csv", "published_csv"):
         click.echo(f"{kind}: {paths[kind]}")
     if failed:

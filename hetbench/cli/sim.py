@@ -47,7 +47,8 @@ from hetbench.errors import UserError
                    "configs; the matrix is not used) and print simulated vs measured.")
 @click.option("--dry-run", is_flag=True, help="List the runs the matrix expands to, run nothing.")
 def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
-            pace_ms, out, compute_ms, fit_from, against, dry_run, **model_flags) -> None:
+            pace_ms, network, dilation, out, compute_ms, fit_from, against, dry_run,
+            **model_flags) -> None:
     """Simulate a matrix (discrete events) and write results that `bench report` reads."""
     # model_flags: alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, gg_request_us
     # (see _models).
@@ -56,15 +57,17 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
     if compute_ms is not None and fit_from is not None:
         raise UserError("give either --compute-ms or --fit-from, not both")
     if against is not None:
-        if matrix_file is not None:
-            raise UserError("--against replays the real runs' own configs; drop the matrix file")
+        if matrix_file is not None or network is not None or dilation is not None:
+            raise UserError("--against replays the real runs' own configs (their networks "
+                            "too); drop the matrix file, --network and --dilation")
         models = _models(compute_ms=compute_ms, fit_from=fit_from, **model_flags)
         _against(against, models, out or Path("results") / "sim" / "against",
                  own_cores=model_flags["cores"] is None)
         return
     spec, configs = from_file_and_flags(
         matrix_file, algorithms=algorithms, workloads=workloads, workers=workers,
-        slowdown=slowdown, iterations=iterations, seconds=seconds, seeds=seeds, pace_ms=pace_ms)
+        slowdown=slowdown, iterations=iterations, seconds=seconds, seeds=seeds, pace_ms=pace_ms,
+        network=network, dilation=dilation)
     out_dir = out or Path("results") / "sim" / str(spec["name"])
     if dry_run:
         for config in configs:

@@ -18,7 +18,7 @@ from hetbench.errors import UserError
 @click.option("--force", is_flag=True, help="Rerun trials that already finished.")
 @click.option("--dry-run", is_flag=True, help="List the trials and their values, run nothing.")
 def tune_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
-             pace_ms, trials, out, force, dry_run) -> None:
+             pace_ms, network, dilation, trials, out, force, dry_run) -> None:
     """Tune every algorithm with the same number of trials from the matrix's [tune] search
     space, then score each by its best trial's time to target (AlgoPerf's external ruleset)."""
     from hetbench.cli.running import run_with_progress, variant_names_of
@@ -30,7 +30,8 @@ def tune_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, 
         raise UserError("bench tune needs a matrix file with a [tune] table (see docs/tuning.md)")
     spec, base = from_file_and_flags(
         matrix_file, algorithms=algorithms, workloads=workloads, workers=workers,
-        slowdown=slowdown, iterations=iterations, seconds=seconds, seeds=seeds, pace_ms=pace_ms)
+        slowdown=slowdown, iterations=iterations, seconds=seconds, seeds=seeds, pace_ms=pace_ms,
+        network=network, dilation=dilation)
     ruleset, drawn = expand_tuning(spec, base, trials)
     configs = [config for config, _, _ in drawn]
     out_dir = out or Path("results") / f"{spec['name']}"

@@ -24,11 +24,19 @@ PUBLISHED_TEXT = (
     "convergence, else as a throughput ratio (emulated compute); `measured as` says which.")
 
 
-def matrix_path(name: str, quick: bool, matrix_dir: Path = MATRIX_DIR) -> Path:
-    """matrices/reproduce-<name>[-quick].toml."""
+EMULATED_TEXT = (
+    " Emulated: every run played the paper's cluster as the network preset models it (links, "
+    "nodes, NIC queues; assumptions in docs/network.md and the matrix file), its times in "
+    "cluster seconds; a run the host could not keep up with is marked low fidelity.")
+
+
+def matrix_path(name: str, quick: bool, matrix_dir: Path = MATRIX_DIR,
+                emulate: bool = False) -> Path:
+    """matrices/reproduce-<name>[-emulated][-quick].toml."""
     if name not in PUBLISHED:
         raise UserError(f"unknown reproduction {name!r}; choose one of: {', '.join(PUBLISHED)}")
-    path = matrix_dir / f"reproduce-{name}{'-quick' if quick else ''}.toml"
+    path = matrix_dir / (f"reproduce-{name}{'-emulated' if emulate else ''}"
+                         f"{'-quick' if quick else ''}.toml")
     if not path.is_file():
         raise UserError(f"{path} is missing; run from a source checkout of hetbench")
     return path
@@ -49,13 +57,15 @@ def check_available(algorithms: list[str], name: str) -> None:
 
 def reproduce(name: str, quick: bool, out: Path | None, force: bool = False,
               echo: Callable[[str], None] = print,
-              matrix_dir: Path = MATRIX_DIR) -> tuple[dict[str, Path], int]:
-    """Run the reproduction matrix and write its report; returns (paths, failed run count)."""
+              matrix_dir: Path = MATRIX_DIR, emulate: bool = False,
+              ) -> tuple[dict[str, Path], int]:
+    """Run the reproduction matrix (on the paper's emulated cluster with `emulate`) and write
+    its report; returns (paths, failed run count)."""
     from hetbench.harness.matrix import expand, load_matrix_file
     from hetbench.harness.runner import run_matrix
     from hetbench.reports.targets import targets_from_matrix
 
-    spec = load_matrix_file(matrix_path(name, quick, matrix_dir))
+    spec = load_matrix_file(matrix_path(name, quick, matrix_dir, emulate))
     check_available(list(spec.get("algorithms", [])), name)
     targets = targets_from_matrix(spec)
     configs = expand(spec)
@@ -81,7 +91,8 @@ def reproduce(name: str, quick: bool, out: Path | None, force: bool = False,
     def published_section(report) -> list[Section]:
         table = measured_vs_published(PUBLISHED[name], report.throughput, report.time_to_target)
         tables.append(table)
-        return [Section("Published vs measured", PUBLISHED_TEXT, table)]
+        text = PUBLISHED_TEXT + (EMULATED_TEXT if emulate else "")
+        return [Section("Published vs measured", text, table)]
 
     paths = write_report(out, "allreduce" if name == "prague" else "dpsgd", targets,
                          extra=published_section)

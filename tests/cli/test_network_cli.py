@@ -1,6 +1,7 @@
 """The network model from the command line: presets, dilation, and the warning when the
 dilation is obviously too small for the host."""
 
+import json
 import subprocess
 
 from hetbench.network.model import dilation_warning
@@ -27,3 +28,20 @@ def test_the_warning_follows_the_hosts_budget():
     assert dilation_warning(16, 2, 0.010, 1.0).endswith("try dilation >= 4")
     assert dilation_warning(16, 2, 0.010, 4.0) is None
     assert dilation_warning(16, 2, 0.0, 1.0) is None  # real compute, no floor: unknown
+
+
+def test_bench_sim_takes_the_same_network_flags_and_plays_the_preset(tmp_path):
+    common = ["sim", "--algorithms", "ps-sync", "--workloads", "mlp-digits", "--workers", "8",
+              "--iterations", "20", "--compute-ms", "1"]
+    plain = bench(*common, "--out", str(tmp_path / "plain"))
+    # Hop's 10 Gbit/s Ethernet, one worker per machine: the server's NIC takes every push.
+    hop = bench(*common, "--network", "hop", "--dilation", "8", "--out", str(tmp_path / "hop"))
+    assert plain.returncode == 0 and hop.returncode == 0, plain.stderr + hop.stderr
+    (run,) = (tmp_path / "hop").glob("ps-sync-*/summary.json")
+    played = json.loads(run.read_text())["sim"]["network"]
+    assert "dilation 8 (preset hop)" in played
+    rate = {name: float(out.stdout.split("samples/s")[0].rsplit(": ", 1)[1])
+            for name, out in (("plain", plain), ("hop", hop))}
+    assert rate["hop"] < rate["plain"]
+    refused = bench("sim", "--against", str(tmp_path), "--network", "hop")
+    assert refused.returncode == 2 and "drop the matrix file, --network" in refused.stderr

@@ -162,12 +162,13 @@ def test_reproduce_fails_in_one_line_when_an_algorithm_is_unavailable(monkeypatc
 
 @pytest.mark.parametrize("name", ["prague", "hop"])
 @pytest.mark.parametrize("quick", [False, True])
-def test_reproduce_matrices_expand(name, quick):
+@pytest.mark.parametrize("emulate", [False, True])
+def test_reproduce_matrices_expand(name, quick, emulate):
     from hetbench.harness.matrix import expand, load_matrix_file
     from hetbench.reports.published import PUBLISHED
     from hetbench.reports.targets import targets_from_matrix
 
-    spec = load_matrix_file(matrix_path(name, quick))
+    spec = load_matrix_file(matrix_path(name, quick, emulate=emulate))
     try:
         configs = expand(spec)
     except UserError as exc:
@@ -183,6 +184,10 @@ def test_reproduce_matrices_expand(name, quick):
             assert {fig.algorithm, fig.reference} <= algorithms
     if name == "prague":
         assert {c.compute for c in configs} == {"emulated"}
+    # --emulate plays the paper's own preset, dilated; without it, no network model.
+    presets = {c.network.get("preset") for c in configs}
+    assert presets == ({name} if emulate else {None})
+    assert all(c.dilation > 1 for c in configs) == emulate
 
 
 def test_cli_compare_and_report_on_fixtures(results, bench):
