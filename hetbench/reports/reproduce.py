@@ -55,12 +55,35 @@ def check_available(algorithms: list[str], name: str) -> None:
                             f"unavailable here ({reason}); see `bench list`") from None
 
 
+def coverage(name: str, configs) -> list[tuple[str, str]]:
+    """Each published figure of `name` and whether the matrix's runs can measure it: (figure,
+    'covered' or why not)."""
+    runs = {(c.algorithm, c.workload, c.slowdown) for c in configs}
+    workloads = {c.workload for c in configs}
+    rows = []
+    for fig in PUBLISHED[name]:
+        label = (f"{fig.source}: {fig.algorithm} / {fig.reference} ({fig.ref_slowdown}) on "
+                 f"{fig.workload}, {fig.slowdown}")
+        missing = [f"{a} {w} {sl}" for a, w, sl in [(fig.algorithm, fig.workload, fig.slowdown),
+                                                   (fig.reference, fig.workload,
+                                                    fig.ref_slowdown)]
+                   if (a, w, sl) not in runs]
+        if not missing:
+            rows.append((label, "covered"))
+        elif fig.workload not in workloads:
+            rows.append((label, f"not run: no {fig.workload} runs in the matrix"))
+        else:
+            rows.append((label, f"not run: no {', '.join(missing)} run"))
+    return rows
+
+
 def reproduce(name: str, quick: bool, out: Path | None, force: bool = False,
               echo: Callable[[str], None] = print,
-              matrix_dir: Path = MATRIX_DIR, emulate: bool = False,
+              matrix_dir: Path = MATRIX_DIR, emulate: bool = False, dry_run: bool = False,
               ) -> tuple[dict[str, Path], int]:
     """Run the reproduction matrix (on the paper's emulated cluster with `emulate`) and write
-    its report; returns (paths, failed run count)."""
+    its report; returns (paths, failed run count). `dry_run`: list the runs and which
+    published figures they cover, run nothing (returns ({}, 0))."""
     from hetbench.harness.matrix import expand, load_matrix_file
     from hetbench.harness.runner import run_matrix
     from hetbench.reports.targets import targets_from_matrix
@@ -70,6 +93,16 @@ def reproduce(name: str, quick: bool, out: Path | None, force: bool = False,
     targets = targets_from_matrix(spec)
     configs = expand(spec)
     out = out or Path("results") / str(spec["name"])
+    if dry_run:
+        for config in configs:
+            echo(f"{config.run_id}  {config.label()}")
+        rows = coverage(name, configs)
+        covered = sum(status == "covered" for _, status in rows)
+        echo(f"published figures: {covered} of {len(rows)} covered by these "
+             f"{len(configs)} run(s)")
+        for label, status in rows:
+            echo(f"  {status:9s}  {label}" if status == "covered" else f"  {label}: {status}")
+        return {}, 0
     echo(f"{len(configs)} run(s) of {spec['name']} -> {out}")
     failed = 0
 

@@ -15,7 +15,7 @@ from hetbench.errors import UserError
 from hetbench.reports import load_runs
 from hetbench.reports.compare import Interval, compare_frame, ratio
 from hetbench.reports.load import load_evals
-from hetbench.reports.published import PRAGUE, Published, measured_vs_published
+from hetbench.reports.published import PRAGUE, PUBLISHED, Published, measured_vs_published
 from hetbench.reports.report import write_report
 from hetbench.reports.reproduce import check_available, matrix_path
 from hetbench.reports.targets import Target
@@ -245,3 +245,17 @@ def test_compare_says_when_a_mean_time_leaves_out_seeds_that_never_got_there():
     # allreduce seed 2 under prob:3 peaks at 0.649 (fixture eval.jsonl): only seed 1 counts.
     assert frame.loc["prob:3", "time_to_target_note"] == (
         "unsupported: 1 seed; reached by allreduce 1 of 2 seeds")
+
+
+def test_reproduce_dry_run_lists_the_runs_and_the_published_figures_they_cover(bench, tmp_path):
+    emulated = bench("reproduce", "prague", "--emulate", "--dry-run", "--out", str(tmp_path))
+    assert emulated.returncode == 0, emulated.stderr
+    total = len(PUBLISHED["prague"])
+    assert f"published figures: {total} of {total} covered" in emulated.stdout
+    assert "prague-smart transformer w=16 none" in emulated.stdout
+    assert not any(tmp_path.iterdir())  # nothing ran, nothing written
+    # The quick matrix runs ResNet-18 only: the other figures say why they are not measured.
+    quick = bench("reproduce", "prague", "--quick", "--dry-run", "--out", str(tmp_path))
+    assert quick.returncode == 0, quick.stderr
+    assert "not run: no resnet200 runs in the matrix" in quick.stdout
+    assert f"of {total} covered" in quick.stdout and f"{total} of {total}" not in quick.stdout
