@@ -25,7 +25,8 @@ from hetbench.errors import UserError
               help="Network bandwidth per link (Gbit/s).")
 @click.option("--group-setup-ms", type=float,
               help="Cost of building a P-Reduce member communicator on a cache miss (ms); "
-                   "default 0, or fitted from the prague-smart/random runs under --fit-from.")
+                   "default 0, or fitted from the prague-smart/random runs under --fit-from. "
+                   "A run with a [network] uses its group_setup_ms instead.")
 @click.option("--cpu-us", type=float,
               help="CPU time a process spends per message (microseconds); default 0, or "
                    "fitted with alpha from the allreduce runs under --fit-from.")

@@ -94,13 +94,20 @@ class MemberGroups:
         With `network` (an emulated network's Emulator) it lasts at least its modeled time."""
         if len(set(members)) == 1:
             return tensor
-        group = self.get(members)
         if network is None:
-            group.allreduce([tensor]).wait()
+            self.get(members).allreduce([tensor]).wait()
         else:
+            # The members' arrivals are taken before a cache miss builds their communicator
+            # (a rendezvous: the early ones wait in it for the last), so the set-up's real cost
+            # after the last arrival counts against fidelity, and the model's set-up time (0
+            # unless [network] group_setup_ms says) is what the emulated cluster pays for it.
+            arrived, misses = network.clock(), self.misses
+            group = self.get(members)
+            setup_s = network.model.config.group_setup_ms / 1000 if self.misses > misses else 0.0
             network.collective(members, tensor.numel() * tensor.element_size(),
                                lambda t: _latest(group, t, tensor.device),
-                               lambda: group.allreduce([tensor]).wait())
+                               lambda: group.allreduce([tensor]).wait(),
+                               arrived=arrived, setup_s=setup_s)
         stale = self._stale
         if len(stale) >= 64:  # a round trip each: batched, so back-to-back uses rarely pay it
             for key in stale:

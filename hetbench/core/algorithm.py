@@ -46,6 +46,8 @@ class StepInfo:
     #: model learned from them (the event records them as samples_discarded).
     discarded: bool = False
     #: Algorithm-specific event fields: group members, neighbours used, skipped iterations.
+    #: A field named `*_s` is seconds measured on this host (like wait_s): the worker records
+    #: it in cluster time (divided by an emulated network's dilation).
     fields: dict[str, Any] = field(default_factory=dict)
 
 

@@ -145,6 +145,14 @@ def sync_fields(info: StepInfo) -> dict[str, Any]:
     return fields
 
 
+def cluster_fields(fields: dict[str, Any], k: float) -> dict[str, Any]:
+    """An algorithm's own event fields, its `*_s` seconds (host time) in cluster time."""
+    if k == 1.0:
+        return fields
+    return {key: value / k if key.endswith("_s") and isinstance(value, float | int)
+            and not isinstance(value, bool) else value for key, value in fields.items()}
+
+
 def _note(rank: int, what: str) -> None:
     """A timestamped line in the rank's log (worker.rank<r>.log), for post-mortems."""
     print(f"{time.strftime('%H:%M:%S')}.{time.time_ns() // 1_000_000 % 1000:03d} rank {rank}: "
@@ -209,11 +217,12 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous,
         _progress["finish"] = algorithm.finish(ctx, model) or {}
         _progress["train_cpu_s"] = time.process_time() - cpu0_s
         _end_network(comm)  # evaluation runs at the host's own speed
-        if not algorithm.synchronous:
-            # Asynchronous workers can end their budgets far apart (a deterministic straggler
-            # runs its own iterations); the evaluation's collectives must not time out on it.
-            _progress["phase"] = "waiting for the other workers to finish"
-            comm.wait_for_arrivals("worker-finished", config.workers)
+        # Workers can end their budgets far apart: asynchronous ones (a deterministic straggler
+        # runs its own iterations), and synchronous decentralized ones too, a worker up to the
+        # graph's diameter in iterations ahead of a straggler (D-PSGD on a ring of 32 at
+        # dilation 32 finished 50 s apart). The evaluation's collectives must not time out.
+        _progress["phase"] = "waiting for the other workers to finish"
+        comm.wait_for_arrivals("worker-finished", config.workers)
         end_s = (time.time_ns() - t0_ns) / 1e9 / config.dilation
         _progress["phase"] = "evaluation"
         _note(rank, f"trained {iterations_done} iterations; evaluating")
@@ -334,7 +343,7 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
                 "samples": 0 if info.discarded else batch_size,
                 **({"samples_discarded": batch_size} if info.discarded else {}),
                 "loss": loss_value, "snapshot_s": snapshot_s, "process_cpu_s": process_cpu_s,
-                **sync_fields(info), **info.fields,
+                **sync_fields(info), **cluster_fields(info.fields, k),
             })
             iteration = info.next_iteration if info.next_iteration is not None else iteration + 1
             if history is not None:  # after the event; its time goes in the next one's

@@ -100,13 +100,17 @@ class Emulator:
 
     # -- collectives -------------------------------------------------------------------------
     def collective(self, members: Sequence[int], nbytes: int, agree: Callable[[float], float],
-                   run: Callable[[], object], broadcast: bool = False) -> None:
+                   run: Callable[[], object], broadcast: bool = False,
+                   arrived: float | None = None, setup_s: float = 0.0) -> None:
         """Run a collective over `members` (this rank among them) no faster than the model:
         `agree(t)` is the members' MAX of t (a real collective of their own), `run()` the real
-        operation."""
-        arrived = self.clock()
+        operation. `arrived`: when this rank came to it (default now; P-Reduce passes the
+        moment before it built a communicator for the set, a rendezvous of the members whose
+        real cost is the host's); `setup_s`: modeled cluster seconds of such a set-up."""
+        if arrived is None:
+            arrived = self.clock()
         ring = self.model.ring(members, nbytes, self.cluster_s(arrived), broadcast)
-        if ring.duration_s == 0.0:
+        if ring.duration_s == 0.0 and setup_s == 0.0:
             run()
             return
         k = self.k
@@ -116,7 +120,8 @@ class Emulator:
         run()
         if mine:
             self.ledger.book(mine, start)
-        self._until(start + ring.duration_s * k, ring.duration_s * k)
+        modeled = (setup_s + ring.duration_s) * k
+        self._until(start + modeled, modeled)
 
     # -- point to point ----------------------------------------------------------------------
     def send_begin(self, dst: int, nbytes: int, key: int) -> tuple[float, float]:

@@ -247,3 +247,28 @@ def test_every_kind_of_communication_runs_under_the_network_model(tmp_path, algo
     assert summary["status"] == "ok", summary.get("cause")
     assert summary["network"]["unmatched"] == 0
     assert summary["fidelity"] in ("high", "low")
+
+
+def _p_reduce_twice(comm, run_dir, setup_ms):
+    """Two P-Reduces of one pair formed on the fly: the first builds its communicator (a cache
+    miss), the second reuses it. Each one's host time, and the rank's fidelity record."""
+    comm.end_setup()
+    _emulate(comm, run_dir, nic_gbps=10, inter_gbps=10, inter_latency_us=100,
+             group_setup_ms=setup_ms)
+    tensor = torch.ones(1000)
+    took = []
+    for _ in range(2):
+        start = time.monotonic()
+        comm.p_reduce_(tensor, [0, 1])
+        took.append(time.monotonic() - start)
+    return took, comm.network.fidelity.to_dict()
+
+
+def test_a_p_reduce_cache_miss_pays_the_modeled_group_set_up(tmp_path):
+    (miss, hit), fidelity = on_ranks(_p_reduce_twice, 2, tmp_path, 300)[0]
+    assert miss >= 0.3 and hit < 0.1  # 300 ms to build the pair's communicator, once
+    assert fidelity["operations"] == 2
+    assert fidelity["modeled_s"] >= 0.3 and fidelity["late_s"] < 0.05
+    (tmp_path / "free").mkdir()
+    (miss, _), _ = on_ranks(_p_reduce_twice, 2, tmp_path / "free", 0)[0]
+    assert miss < 0.3  # assumed free: only the host's own set-up
