@@ -42,6 +42,8 @@ class RunConfig:
     launcher: Literal["local", "torchrun", "mpi", "slurm"] = "local"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     #: Bound on every blocking communication; a dead or hung peer fails the run after this long.
+    #: Cluster seconds under a network model: the host waits comm_timeout_s x dilation
+    #: (host_timeout_s), since every legitimate wait (a straggler's step) stretches with it.
     comm_timeout_s: float = 30.0
     #: Seconds between model snapshots evaluated after training (convergence curves).
     eval_interval_s: float = 1.0
@@ -163,6 +165,11 @@ class RunConfig:
     def dilation(self) -> float:
         """Host seconds per cluster second (the network model's dilation; 1 without one)."""
         return float(self.network.get("dilation", 1.0))
+
+    @property
+    def host_timeout_s(self) -> float:
+        """comm_timeout_s in host seconds: stretched by the dilation."""
+        return self.comm_timeout_s * self.dilation
 
     def cluster(self):
         """The run's Cluster (hetbench.network.model), or None without [network]."""

@@ -165,7 +165,7 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous,
     torch.set_num_threads(1)
     device = pick_device(config.device, rdzv.local_rank)
     _progress["phase"] = "joining the process group"
-    comm = Comm.connect(rank, world_size, None, None, device, config.comm_timeout_s,
+    comm = Comm.connect(rank, world_size, None, None, device, config.host_timeout_s,
                         store=rdzv.store)
     _note(rank, f"joined the world of {world_size} ranks ({comm.backend}, {device})")
     try:
@@ -577,16 +577,16 @@ def log_to_run_dir(run_dir: Path, rank: int) -> None:
 
 def _join(config: RunConfig, args: argparse.Namespace) -> Rendezvous:
     if config.launcher == "torchrun":
-        return rendezvous.join_torchrun(config.world_size, config.comm_timeout_s)
+        return rendezvous.join_torchrun(config.world_size, config.host_timeout_s)
     if config.launcher == "mpi":
-        return rendezvous.join_mpi(config.world_size, config.bind_host, config.comm_timeout_s)
+        return rendezvous.join_mpi(config.world_size, config.bind_host, config.host_timeout_s)
     if config.launcher == "slurm":
         return rendezvous.join_slurm(args.run_dir, config.world_size, config.bind_host,
-                                     config.comm_timeout_s)
+                                     config.host_timeout_s)
     if args.rank is None or args.store_port is None:
         raise UserError("launcher local: the worker needs --rank and --store-port")
     return rendezvous.join_local(args.rank, config.world_size, args.store_host,
-                                 args.store_port, config.comm_timeout_s)
+                                 args.store_port, config.host_timeout_s)
 
 
 def _services(config: RunConfig, run_dir: Path, rdzv: Rendezvous,

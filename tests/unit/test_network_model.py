@@ -121,3 +121,15 @@ def test_an_algorithms_own_seconds_are_recorded_in_cluster_time():
     assert cluster_fields(fields, 4.0) == {"gg_s": 0.2, "group": [1, 2], "peer": 3,
                                            "skipped": 2}
     assert cluster_fields(fields, 1.0) is fields
+
+
+def test_the_communication_timeout_is_in_cluster_seconds_under_dilation():
+    # A straggler's legitimate wait stretches with the dilation: 39 s of host time for a P-Reduce
+    # group at dilation 32 failed runs on the 30 s bound before.
+    from hetbench.core.config import RunConfig
+
+    plain = RunConfig(algorithm="allreduce", workload="mlp-digits", workers=2, iterations=20,
+                      comm_timeout_s=10)
+    dilated = RunConfig(algorithm="allreduce", workload="mlp-digits", workers=2, iterations=20,
+                        comm_timeout_s=10, network={"dilation": 32})
+    assert plain.host_timeout_s == 10 and dilated.host_timeout_s == 320

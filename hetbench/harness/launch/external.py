@@ -87,7 +87,7 @@ class ExternalLauncher:
                proc: subprocess.Popen) -> tuple[int | None, str | None]:
         """Wait for the job: (its exit code, None), or (None, cause) when it stalled."""
         # The same backstop as the local launcher's: no rank logged anything for this long.
-        stall_limit_s = config.comm_timeout_s + 15
+        stall_limit_s = config.host_timeout_s + 15
         progress = Progress(config, run_dir, self.on_progress)
         while proc.poll() is None:
             # Until a rank has written anything, each is still importing torch from scratch

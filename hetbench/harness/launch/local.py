@@ -44,7 +44,7 @@ class LocalLauncher:
         listener = socket.create_server((config.bind_host, 0))
         port = listener.getsockname()[1]
         store = dist.TCPStore(config.bind_host, port, None, True,
-                              timeout=datetime.timedelta(seconds=config.comm_timeout_s),
+                              timeout=datetime.timedelta(seconds=config.host_timeout_s),
                               wait_for_workers=False, master_listen_fd=listener.detach())
         procs: list[multiprocessing.Process] = []
 
@@ -71,7 +71,7 @@ class LocalLauncher:
         """Wait for all ranks; the failure cause as one line, or None if every rank succeeded."""
         # A backstop for hangs the comm timeout cannot see (a rank stuck outside any
         # collective): the run fails when no rank has logged anything for this long.
-        stall_limit_s = config.comm_timeout_s + 15
+        stall_limit_s = config.host_timeout_s + 15
         progress = Progress(config, run_dir, self.on_progress)
         while True:
             codes = [p.exitcode for p in procs]

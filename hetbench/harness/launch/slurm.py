@@ -145,7 +145,7 @@ class SlurmLauncher:
 
     def _watch(self, config: RunConfig, run_dir: Path, job) -> str | None:
         """Wait for the job; the failure cause, or None when every rank finished."""
-        stall_limit_s = config.comm_timeout_s + 15
+        stall_limit_s = config.host_timeout_s + 15
         progress = Progress(config, run_dir, self.on_progress)
         running_since = None
         while not job.done():
