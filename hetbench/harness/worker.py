@@ -190,7 +190,7 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous,
         _note(rank, "set up; waiting for the common start")
         comm.barrier()  # common start: nobody's clock runs during the others' set-up
         comm.end_setup()
-        if network is not None:  # rank 0's shared file exists now; a second start under it
+        if network is not None:  # rank 0's shared file exists now: open it, start under it
             comm.start_network(Emulator.open(run_dir, network, rank))
             _note(rank, f"network emulated: {network.describe()}")
         _note(rank, "training")
