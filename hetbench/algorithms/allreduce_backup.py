@@ -227,10 +227,8 @@ class AllReduceBackupSim(Protocol):
             return self.server_free + hop, 2 * (hop + cpu) + self.push + self.pull
         # Replies leave one after another through the aggregator's NIC (the ledger queues them).
         end = net.wire(self.n, x, self.model_bytes + 12, self.server_free)
-        push = net.cluster.transfer(x, self.n, self.model_bytes + 8)
-        pull = net.cluster.transfer(self.n, x, self.model_bytes + 12)
-        self.server_free = end - pull.latency_s
-        return end, push.latency_s + push.busy_s + pull.latency_s + pull.busy_s
+        self.server_free = end - net.cluster.link(self.n, x)[0]  # its bytes are out
+        return end, net.round_trip_alone(x, self.n, self.model_bytes + 8, self.model_bytes + 12)
 
     def finish(self, w, t):
         self.live -= 1

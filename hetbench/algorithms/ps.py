@@ -179,9 +179,7 @@ class PSSyncSim(Protocol):
         pushed = max(net.wire(x, server, self.model_bytes + 4, t_sync[x]) for x in self.arrived)
         for x in sorted(self.arrived):  # the server sends to workers 0..n-1
             end = net.wire(server, x, self.model_bytes, pushed)
-            alone = net.cluster.transfer(x, server, self.model_bytes + 4)
-            back = net.cluster.transfer(server, x, self.model_bytes)
-            own = alone.latency_s + alone.busy_s + back.latency_s + back.busy_s
+            own = net.round_trip_alone(x, server, self.model_bytes + 4, self.model_bytes)
             self.eng.end_step(x, end, max(end - t_sync[x] - own, 0.0), peers=self.n - 1,
                               staleness=0.0)
         self.arrived = []

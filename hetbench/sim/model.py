@@ -172,6 +172,14 @@ class ClusterNetwork:
                    active: int = 1) -> float:
         return self.wire(src, dst, nbytes, at)
 
+    def round_trip_alone(self, worker: int, server: int, push_bytes: float,
+                         pull_bytes: float) -> float:
+        """A push to `server` and its pull back on idle links, queued nowhere: the part of a
+        worker's step that is its own communication (the rest is waiting)."""
+        push = self.cluster.transfer(worker, server, push_bytes)
+        pull = self.cluster.transfer(server, worker, pull_bytes)
+        return push.latency_s + push.busy_s + pull.latency_s + pull.busy_s
+
     def ring(self, members, nbytes: float, at: float, active: int | None = None) -> float:
         ring = self.cluster.ring(members, nbytes, at)
         if ring.duration_s == 0.0:
