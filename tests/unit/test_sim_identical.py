@@ -1,0 +1,42 @@
+"""The simulator's speed work moves no result: every algorithm, with and without slowdown, on
+both network models, gives the same summaries and byte-identical event logs as before it.
+
+tests/fixtures/sim-identical/golden.json holds the runs as simulated at commit 8489504, before
+issue 20's speed work (digest.py there says how it was made).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parents[1] / "fixtures" / "sim-identical"
+sys.path.insert(0, str(HERE))
+from digest import digest  # noqa: E402
+
+GOLDEN = json.loads((HERE / "golden.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory) -> dict[str, dict]:
+    out = tmp_path_factory.mktemp("sim-identical")
+    for matrix in ("alpha-beta", "network"):
+        subprocess.run([sys.executable, "-m", "hetbench", "sim", str(HERE / f"{matrix}.toml"),
+                        "--out", str(out / matrix)],
+                       check=True, capture_output=True, text=True, timeout=300)
+    return {**digest(out / "alpha-beta"), **digest(out / "network")}
+
+
+def test_every_golden_run_is_simulated_again(simulated):
+    assert sorted(simulated) == sorted(GOLDEN)
+
+
+@pytest.mark.parametrize("run_id", sorted(GOLDEN))
+def test_summary_and_events_are_unchanged(simulated, run_id):
+    got, want = simulated[run_id], GOLDEN[run_id]
+    assert got["summary"] == want["summary"]
+    assert got["events_sha256"] == want["events_sha256"]
