@@ -9,8 +9,6 @@ network model's bandwidth (hetbench/network/model.py), so these kinds need a [ne
 
 from __future__ import annotations
 
-import numpy as np
-
 from hetbench.slowdown.base import Injector
 from hetbench.slowdown.deterministic import DeterministicSlowdown
 from hetbench.slowdown.probabilistic import ProbabilisticSlowdown
@@ -44,10 +42,11 @@ class NetProbSlowdown(_NicOnly, ProbabilisticSlowdown):
     description = ("each NIC each cluster second K times slower with probability P "
                    "(1/workers; needs [network])")
 
+    salt = (29,)  # NIC draws apart from compute draws of the same seed
+
     def nic_factor(self, rank: int, t_s: float) -> float:
         window = int(t_s // NETPROB_WINDOW_S)
-        draw = np.random.default_rng([self.seed, rank, window, 29]).random()
-        return self.slow_factor if draw < self.probability else 1.0
+        return self.slow_factor if self.slowed(rank, window) else 1.0
 
 
 class NetTraceSlowdown(_NicOnly, TraceSlowdown):

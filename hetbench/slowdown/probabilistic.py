@@ -6,6 +6,7 @@ import numpy as np
 
 from hetbench.errors import UserError
 from hetbench.slowdown.base import Injector, parse_factor
+from hetbench.slowdown.draws import SlowBlocks
 
 
 class ProbabilisticSlowdown(Injector):
@@ -29,19 +30,32 @@ class ProbabilisticSlowdown(Injector):
                 raise UserError(f"slowdown {spec!r}: probability must be in [0, 1], got {prob:g}")
         return cls(spec, parse_factor(factor_text, spec), prob, seed)
 
+    #: Words appended to every draw's key [seed, worker, iteration] (a kind's own stream).
+    salt: tuple[int, ...] = ()
+
     def __init__(self, spec: str, factor: float, probability: float | None, seed: int):
         self.spec = spec
         self.slow_factor = factor
         # None means 1/workers, resolved in validate() once the world is known.
         self.probability = probability
         self.seed = seed
+        self._slowed: SlowBlocks | None = None
 
     def validate(self, workers: int) -> None:
         if self.probability is None:
             self.probability = 1.0 / workers
+        # The same draws, 64 iterations of every worker at a time (bench sim's hot path).
+        self._slowed = SlowBlocks(self.seed, workers, self.probability, self.salt)
+
+    def slowed(self, worker: int, column: int) -> bool:
+        """Whether the stateless draw keyed [seed, worker, column, *salt] falls under the
+        probability: replayable, and independent of how many draws came before (a skipped
+        iteration shifts nothing)."""
+        blocks = self._slowed
+        if blocks is not None and 0 <= worker < blocks.rows and column >= 0:
+            return blocks(worker, column)
+        draw = np.random.default_rng([self.seed, worker, column, *self.salt]).random()
+        return draw < self.probability
 
     def factor(self, worker: int, iteration: int, elapsed_s: float) -> float:
-        # Stateless draw keyed by (seed, worker, iteration): the schedule is replayable and does
-        # not depend on how many draws came before (a skipped iteration shifts nothing).
-        draw = np.random.default_rng([self.seed, worker, iteration]).random()
-        return self.slow_factor if draw < self.probability else 1.0
+        return self.slow_factor if self.slowed(worker, iteration) else 1.0
