@@ -46,9 +46,14 @@ from hetbench.errors import UserError
 @click.option("--against", type=click.Path(path_type=Path),
               help="Simulate every finished real run in this results directory (their own "
                    "configs; the matrix is not used) and print simulated vs measured.")
+@click.option("--events", "events", type=click.Choice(["auto", "full", "workers"]),
+              default="auto", show_default=True,
+              help="What each run records: full (an event line per worker-iteration, as a "
+                   "real run; timelines and wait attribution need them), workers (one record "
+                   "per worker in workers.json), or auto (full up to 64 workers).")
 @click.option("--dry-run", is_flag=True, help="List the runs the matrix expands to, run nothing.")
 def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
-            pace_ms, network, dilation, out, compute_ms, fit_from, against, dry_run,
+            pace_ms, network, dilation, out, compute_ms, fit_from, against, events, dry_run,
             **model_flags) -> None:
     """Simulate a matrix (discrete events) and write results that `bench report` reads."""
     # model_flags: alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, gg_request_us
@@ -81,7 +86,7 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         models.compute.seconds(config)
         simulated_protocol(config)
     check_writable(out_dir)
-    _simulate_all(configs, models, out_dir)
+    _simulate_all(configs, models, out_dir, events)
 
 
 def _models(*, alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, gg_request_us, compute_ms,
@@ -169,13 +174,13 @@ def _against(real_dir: Path, models, out_dir: Path, own_cores: bool = True) -> N
     click.echo(markdown(rows))
 
 
-def _simulate_all(configs, models, out_dir: Path) -> None:
+def _simulate_all(configs, models, out_dir: Path, events: str = "auto") -> None:
     from hetbench.sim.engine import simulate
 
     click.echo(f"{len(configs)} simulated run(s) -> {out_dir}")
     results, failed, started = [], 0, time.time()
     for config in configs:
-        result = simulate(config, models, out_dir)
+        result = simulate(config, models, out_dir, events)
         s = result.summary
         results.append(result)
         if s["status"] == "ok":

@@ -233,8 +233,8 @@ def write_report(results_dir: Path, baseline: str = "allreduce",
     report.waits = tuple(run_waits(run_dir) for run_dir in ok["run_dir"])
     paths["waits_csv"] = out / "waits.csv"
     write_text_atomic(paths["waits_csv"], waits_long(list(report.waits)).to_csv(index=False))
-    if timeline_run or not ok.empty:
-        run = choose_run(report.runs, baseline, timeline_run)
+    run = choose_run(report.runs, baseline, timeline_run) if timeline_run or not ok.empty else None
+    if run is not None:
         warmup = run.get("warmup_iterations")
         paths["timeline"] = timeline_plot(run["run_dir"], out / "timeline.png",
                                           5 if pd.isna(warmup) else int(warmup))

@@ -18,13 +18,20 @@ PHASES = [("compute_s", "compute", "#4c72b0"), ("slowdown_s", "injected slowdown
 
 
 def choose_run(runs: pd.DataFrame, baseline: str = "allreduce",
-               wanted: str | None = None) -> pd.Series:
+               wanted: str | None = None) -> pd.Series | None:
     """The run to draw: `wanted` (a run id or a unique prefix), else the straggler showcase.
 
     The default is the baseline's ok run with the most injected slowdown (everyone waits for the
-    straggler there), else any ok run with the most slowdown.
+    straggler there), else any ok run with the most slowdown; only runs with event lines (not
+    a big simulation that kept one record per worker, `bench sim --events workers`). None when
+    no ok run has them.
     """
     ok = runs[runs["status"] == "ok"]
+    if "events" in ok:
+        with_lines = ok[ok["events"].fillna("full") != "workers"]
+        if with_lines.empty and not ok.empty and not wanted:
+            return None
+        ok = with_lines
     if wanted:
         match = runs[runs["run_id"].str.startswith(wanted)]
         if len(match) != 1:
@@ -60,6 +67,10 @@ def timeline_plot(run_dir: str | Path, path: Path, warmup_iterations: int = 5,
     """Draw about `iterations` typical iterations of the steady state, a row per worker."""
     events = load_events(run_dir)
     if events.empty:
+        if (Path(run_dir) / "workers.json").exists():
+            raise UserError(f"run {Path(run_dir).name} was simulated with one record per "
+                            "worker and no event lines; simulate it with `bench sim --events "
+                            "full` to draw it")
         raise UserError(f"run {Path(run_dir).name} has no events to draw; pick another run")
     by_rank = {int(r): g.sort_values("iteration").to_dict("records")
                for r, g in events.groupby("rank")}

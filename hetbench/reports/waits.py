@@ -272,6 +272,9 @@ def run_waits(run_dir: str | Path, events: dict[int, list[dict]] | None = None) 
     events = load_rank_events(run_dir) if events is None else events
     workers = int(config.get("workers", len(events)))
     rule, reason = _rule_of(config, events)
+    if not events and (run_dir / "workers.json").exists():
+        rule, reason = None, ("simulated with one record per worker, no event lines "
+                              "(`bench sim --events full` writes them)")
     result = RunWaits(run_dir.name, config.get("algorithm", ""), workers, rule, reason or None)
     result.slowdown_s = {r: sum(e.get("slowdown_s", 0.0) for e in es) for r, es in events.items()}
     result.compute_s = {r: sum(e.get("compute_s", 0.0) for e in es) for r, es in events.items()}

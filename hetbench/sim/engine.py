@@ -17,13 +17,16 @@ import json
 import math
 import shutil
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from hetbench.core.config import SCHEMA_VERSION, RunConfig
-from hetbench.core.metrics import SyncTally, throughput
+from hetbench.core.metrics import SyncTally
 from hetbench.core.record import encode_fields, summary_head
 from hetbench.core.registry import ALGORITHMS
 from hetbench.core.signals import interrupted_cause
@@ -181,25 +184,47 @@ def simulated_protocol(config: RunConfig) -> type[Protocol]:
     return protocol
 
 
+#: `bench sim --events`: full (every worker-iteration as a line, like a real run), workers
+#: (one record per worker: workers.json), or auto (full up to FULL_EVENTS_UP_TO workers).
+EVENT_MODES = ("auto", "full", "workers")
+FULL_EVENTS_UP_TO = 64
+
+
+def full_events(mode: str, workers: int) -> bool:
+    if mode not in EVENT_MODES:
+        raise UserError(f"events must be one of {', '.join(EVENT_MODES)}, got {mode!r}")
+    return mode == "full" or (mode == "auto" and workers <= FULL_EVENTS_UP_TO)
+
+
 class EventSink:
-    """Event lines of every worker, appended to events.rank<r>.jsonl in batches.
+    """What every simulated worker-iteration leaves: its span and times, kept in compact
+    per-worker arrays for the summary, and (full mode) its event line in
+    events.rank<r>.jsonl, appended in batches.
 
     Lines hold the same JSON a real worker's EventLog writes (read back by store.read_jsonl),
     but are formatted here, and protocols may pass fields already encoded (encode_fields) once
-    per group: at a million events json.dumps per line was a third of the run time. The sink
-    also keeps what the summary needs, so it is not parsed back from a million lines.
+    per group: at a million events json.dumps per line was a third of the run time. Without
+    full events (thousands of workers: 16,384 x 200 iterations made a GB of lines) a run
+    writes workers.json, one record per worker, and bench report reads that. The summary is
+    computed from the arrays either way, with the same arithmetic as the harness's (a test
+    holds it equal to what launcher.summarize computes from the files).
     """
 
-    def __init__(self, config: RunConfig, run_dir: Path):
+    def __init__(self, config: RunConfig, run_dir: Path, full: bool = True):
         self.run_dir = run_dir
+        self.full = full
         self.prefix = (f'{{"schema_version":{SCHEMA_VERSION},"run_id":{json.dumps(config.run_id)},'
                        '"rank":')
         self.samples = config.workload_options["batch_size"]
         self._buffers: dict[int, list[str]] = {}
-        #: Per rank: (t_start, t_end) in ns and samples of each event, and its last iteration.
-        self.spans: list[list[tuple[int, int, int]]] = [[] for _ in range(config.workers)]
-        self.last_iteration: list[int | None] = [None] * config.workers
-        self._sums: list[tuple[float, float, float, float]] = []
+        n = config.workers
+        #: Per rank, one entry per event: start and end (ns), samples.
+        self.starts = [array("q") for _ in range(n)]
+        self.ends = [array("q") for _ in range(n)]
+        self.counted = [array("l") for _ in range(n)]
+        #: Per rank: compute, slowdown, comm and wait seconds of each event (summed exactly).
+        self.times = [[array("d") for _ in range(4)] for _ in range(n)]
+        self.last_iteration: list[int | None] = [None] * n
         self.sync = SyncTally()
         self.discarded = 0
 
@@ -207,26 +232,36 @@ class EventSink:
             slowdown_s: float, comm_s: float, wait_s: float, fields: dict | str | None,
             peers: int | None = None, staleness: float | None = None,
             discarded: bool = False) -> None:
-        extra = fields if isinstance(fields, str) else encode_fields(fields)
         samples = self.samples
         if discarded:  # as the real worker logs a dropped gradient (StepInfo.discarded)
-            extra = f',"samples_discarded":{samples}' + extra
             samples = 0
             self.discarded += 1
         if peers is not None:
             self.sync.add(peers, staleness)
+        start_ns, end_ns = round(t_start * 1e9), round(t_end * 1e9)
+        self.starts[rank].append(start_ns)
+        self.ends[rank].append(end_ns)
+        self.counted[rank].append(samples)
+        times = self.times[rank]
+        times[0].append(compute_s)
+        times[1].append(slowdown_s)
+        times[2].append(comm_s)
+        times[3].append(wait_s)
+        self.last_iteration[rank] = iteration
+        if not self.full:
+            return
+        extra = fields if isinstance(fields, str) else encode_fields(fields)
+        if discarded:
+            extra = f',"samples_discarded":{self.samples}' + extra
+        if peers is not None:
             sync = f',"peers":{peers}'
             if staleness is not None:
                 sync += f',"staleness":{float(staleness)!r}'
             extra = sync + extra
-        start_ns, end_ns = round(t_start * 1e9), round(t_end * 1e9)
         line = (f'{self.prefix}{rank},"iteration":{iteration},"t_start":{start_ns},'
                 f'"t_end":{end_ns},"compute_s":{compute_s!r},'
                 f'"slowdown_s":{slowdown_s!r},"comm_s":{comm_s!r},"wait_s":{wait_s!r},'
                 f'"samples":{samples},"loss":NaN,"snapshot_s":0.0{extra}}}\n')
-        self.spans[rank].append((start_ns, end_ns, samples))
-        self.last_iteration[rank] = iteration
-        self._sums.append((compute_s, slowdown_s, comm_s, wait_s))
         buffer = self._buffers.get(rank)
         if buffer is None:
             buffer = self._buffers[rank] = []
@@ -243,18 +278,37 @@ class EventSink:
     def close(self) -> None:
         for rank in list(self._buffers):
             self._flush(rank)
+        if not self.full:
+            write_json_atomic(self.run_dir / "workers.json", {"workers": self.per_worker()})
+
+    def per_worker(self) -> list[dict[str, Any]]:
+        """One record per worker: its iterations, first start and last end (ns), samples and
+        summed times (what a report needs when there are no event lines)."""
+        records = []
+        for rank, (starts, ends) in enumerate(zip(self.starts, self.ends, strict=True)):
+            records.append({
+                "rank": rank, "iterations": len(starts),
+                "last_iteration": self.last_iteration[rank],
+                "t_start": starts[0] if starts else None,
+                "t_end": max(ends) if ends else None,
+                "samples": sum(self.counted[rank]),
+                **{key: math.fsum(column) for key, column in zip(
+                    ("compute_s", "slowdown_s", "comm_s", "wait_s"), self.times[rank],
+                    strict=True)},
+            })
+        return records
 
     def summary(self, config: RunConfig) -> dict[str, Any]:
         """What launcher.summarize would compute from the files written (a test holds them
-        equal), with the harness's own throughput() over the spans kept in memory."""
-        by_rank = {r: [{"t_start": a, "t_end": b, "samples": n} for a, b, n in spans]
-                   for r, spans in enumerate(self.spans)}
-        counts = [len(spans) for spans in self.spans]
-        starts = [spans[0][0] for spans in self.spans if spans]
-        ends = [max(b for _, b, _ in spans) for spans in self.spans if spans]
+        equal), with the harness's own throughput arithmetic over the arrays kept."""
+        counts = [len(starts) for starts in self.starts]
+        starts = [s[0] for s in self.starts if s]
+        ends = [max(e) for e in self.ends if e]
+        columns = [[per_rank[i] for per_rank in self.times] for i in range(4)]
         return {
-            "throughput": throughput(by_rank, config.warmup_iterations),
-            "samples": sum(n for spans in self.spans for _, _, n in spans),
+            "throughput": _throughput(self.starts, self.ends, self.counted,
+                                      config.warmup_iterations),
+            "samples": sum(sum(c) for c in self.counted),
             "iterations": sum(counts),
             "iterations_per_worker": counts,
             "last_iteration_per_worker": self.last_iteration,
@@ -267,10 +321,52 @@ class EventSink:
             "averagings_after_training": None, "gradients_dropped": self.discarded,
             "torn_lines": 0,
             "train_cpu_s": None,  # no process ran
-            **dict(zip(("compute_s", "slowdown_s", "comm_s", "wait_s"),
-                       (math.fsum(column) for column in zip(*self._sums, strict=True))
-                       if self._sums else (0.0,) * 4, strict=True)),
+            **{key: math.fsum(itertools.chain.from_iterable(column))
+               for key, column in zip(("compute_s", "slowdown_s", "comm_s", "wait_s"),
+                                      columns, strict=True)},
+            "events": "full" if self.full else "workers",
         }
+
+
+def _throughput(starts: list[array], ends: list[array], samples: list[array],
+                warmup: int) -> float:
+    """metrics.throughput over per-rank arrays, with the same arithmetic in the same order
+    (bit-identical; building 3 million event dicts for it took a GB at 16,384 workers)."""
+    if any(len(s) <= warmup for s in starts):
+        return 0.0  # as metrics.throughput: some worker never got past warm-up
+    first = [(e[warmup - 1] if warmup else s[0]) for s, e in zip(starts, ends, strict=True)]
+    t0, t1 = max(first), min(e[-1] for e in ends)
+    if t1 <= t0:
+        return _own_rates(starts, ends, samples, warmup)
+    total = 0.0
+    for s, e, n in zip(starts, ends, samples, strict=True):
+        a = np.frombuffer(s, dtype=np.int64)
+        b = np.frombuffer(e, dtype=np.int64)
+        overlap = np.minimum(b, t1) - np.maximum(a, t0)
+        keep = overlap > 0
+        if not keep.any():
+            continue
+        # Python's int arithmetic term by term, as metrics.throughput: exact products, then
+        # one rounding per division, then a running sum in event order.
+        for samples_e, over, span in zip(np.frombuffer(n, dtype=np.int_)[keep].tolist(),
+                                         overlap[keep].tolist(), (b - a)[keep].tolist(),
+                                         strict=True):
+            total += samples_e * over / span
+    return total / ((t1 - t0) / 1e9)
+
+
+def _own_rates(starts, ends, samples, warmup: int) -> float:
+    """metrics._sum_of_own_rates over per-rank arrays."""
+    total = 0.0
+    for s, e, n in zip(starts, ends, samples, strict=True):
+        if len(s) <= warmup:
+            return 0.0
+        t0 = e[warmup - 1] if warmup else s[warmup]
+        span_ns = e[-1] - t0
+        if span_ns <= 0:
+            return 0.0
+        total += sum(n[warmup:]) / (span_ns / 1e9)
+    return total
 
 
 @dataclass
@@ -284,8 +380,10 @@ class SimResult:
     sim_s: float
 
 
-def simulate(config: RunConfig, models: SimModels, out_dir: Path) -> SimResult:
-    """Simulate `config` and write its run directory `out_dir/<run_id>` (real runs' schema)."""
+def simulate(config: RunConfig, models: SimModels, out_dir: Path,
+             events: str = "auto") -> SimResult:
+    """Simulate `config` and write its run directory `out_dir/<run_id>` (real runs' schema;
+    `events`: one of EVENT_MODES)."""
     started = time.time()
     run_dir = Path(out_dir) / config.run_id
     engine = Engine(config, models)  # an algorithm it cannot play fails before any file exists
@@ -293,7 +391,7 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path) -> SimResult:
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(run_dir / "config.json", config.to_dict())
     write_json_atomic(run_dir / "env.json", {**environment(), "simulated": True})
-    sink = engine.sink = EventSink(config, run_dir)
+    sink = engine.sink = EventSink(config, run_dir, full_events(events, config.workers))
     status, cause, stopped = "ok", None, None
     try:
         try:

@@ -18,7 +18,7 @@ def test_first_uniform_equals_numpy_on_random_keys(words):
     rng = np.random.default_rng(words)
     keys = [rng.integers(0, 2**32, 400, dtype=np.int64) for _ in range(words)]
     keys[0][:3] = [0, 1, 2**32 - 1]  # the edges of a word
-    want = [numpy_draw(*key) for key in zip(*keys)]
+    want = [numpy_draw(*key) for key in zip(*keys, strict=True)]
     assert first_uniform(*keys).tolist() == want
 
 

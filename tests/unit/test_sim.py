@@ -183,6 +183,29 @@ def test_summary_equals_the_harness_summary_of_the_files_written(tmp_path):
     assert json.loads((result.run_dir / "env.json").read_text())["simulated"] is True
 
 
+@pytest.mark.parametrize("algorithm", ["hop", "allreduce-backup", "prague-random"])
+def test_per_worker_records_give_the_summary_of_the_event_lines(tmp_path, algorithm):
+    c = config(algorithm, slowdown="prob:5", workers=6, iterations=40)
+    full = simulate(c, MODELS, tmp_path / "full", events="full")
+    lean = simulate(c, MODELS, tmp_path / "lean", events="workers")
+    assert not list(lean.run_dir.glob("events.rank*.jsonl"))
+    assert full.summary["events"] == "full" and lean.summary["events"] == "workers"
+    drop = {"events", "sim_s", "started_at", "finished_at"}
+    assert ({k: v for k, v in lean.summary.items() if k not in drop}
+            == {k: v for k, v in full.summary.items() if k not in drop})
+    records = json.loads((lean.run_dir / "workers.json").read_text())["workers"]
+    logs = events(full.run_dir, 6)
+    for record in records:
+        mine = logs[record["rank"]]
+        assert record["iterations"] == len(mine)
+        assert record["last_iteration"] == mine[-1]["iteration"]
+        assert record["t_start"] == mine[0]["t_start"]
+        assert record["t_end"] == max(e["t_end"] for e in mine)
+        assert record["samples"] == sum(e["samples"] for e in mine)
+        for key in ("compute_s", "slowdown_s", "comm_s", "wait_s"):
+            assert record[key] == pytest.approx(math.fsum(e[key] for e in mine), abs=1e-12)
+
+
 def test_event_lines_have_the_real_schema(tmp_path):
     result = simulate(config("prague-smart"), MODELS, tmp_path)
     real = read_jsonl(FIXTURES / "allreduce-mlp-digits-w2-none-s1-762ae15f3d"
