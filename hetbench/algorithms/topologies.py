@@ -18,6 +18,7 @@ without one.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Literal
@@ -80,6 +81,13 @@ def exponential_offsets(n: int, k: int, peers: int = 1) -> tuple[int, ...]:
     """The shifts d of iteration k in the time-varying `peers`-peer exponential graph: worker i
     sends to (i + d) % n and receives from (i - d) % n for each d. The powers of two below n are
     visited in turn, `peers` of them per iteration (distinct while peers <= their number)."""
+    # Kept per phase (k modulo the number of powers): every simulated worker asks at every
+    # iteration, 3.3 million times in a 16,384-worker run.
+    return _exponential_offsets(n, k % one_peer_rounds(n) if n >= 2 else k, peers)
+
+
+@functools.lru_cache(maxsize=1024)
+def _exponential_offsets(n: int, k: int, peers: int) -> tuple[int, ...]:
     if n < 2:
         raise ValueError(f"a topology needs at least 2 workers, got {n}")
     powers = [2**e for e in range(one_peer_rounds(n))]
@@ -89,6 +97,7 @@ def exponential_offsets(n: int, k: int, peers: int = 1) -> tuple[int, ...]:
     return tuple(powers[(k * peers + p) % len(powers)] for p in range(peers))
 
 
+@functools.lru_cache(maxsize=64)
 def one_peer_rounds(n: int) -> int:
     """Iterations after which the one-peer exponential graph has visited every shift once."""
     return max(1, math.ceil(math.log2(n)))

@@ -10,6 +10,8 @@ code the real step calls (topologies, prague.schedule, prague.generator, hop's r
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
@@ -105,10 +107,26 @@ class Meetings:
             self.misses += 1
             end += net.group_setup_s
         met = self.p.met
-        iteration = self.p.eng.iteration
         others = len(members) - 1
+        gaps = iteration_gaps(self.p.eng.iteration, members)
         for x, t_x, payload_x in arrivals:
-            mine = iteration[x]
-            gap = sum(abs(iteration[o] - mine) for o in members if o != x)
-            met(x, end, start - t_x, payload_x, others, gap / others if others else 0.0)
+            met(x, end, start - t_x, payload_x, others, gaps[x] / others if others else 0.0)
         return True
+
+
+def iteration_gaps(iteration: list[int], members: tuple[int, ...]) -> dict[int, int]:
+    """Each member's summed |iteration gap| to the other members, exactly (integers), in
+    O(g log g): sorted iterations and prefix sums. (Summing over the others for each member
+    was O(g^2): a static schedule's inter-node group at 16,384 workers has 4,096 members.)"""
+    if len(members) <= 8:
+        return {x: sum(abs(iteration[o] - iteration[x]) for o in members) for x in members}
+    values = sorted(iteration[x] for x in members)
+    prefix = list(itertools.accumulate(values, initial=0))
+    total, g = prefix[-1], len(values)
+    gaps = {}
+    for x in members:
+        mine = iteration[x]
+        below = bisect.bisect_left(values, mine)
+        above = bisect.bisect_right(values, mine)
+        gaps[x] = (mine * below - prefix[below]) + (total - prefix[above] - mine * (g - above))
+    return gaps

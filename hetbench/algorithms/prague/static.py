@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from hetbench.algorithms.prague.common import PragueBase, PragueOptions
 from hetbench.algorithms.prague.schedule import check_layout, static_group, static_groups
 from hetbench.core.options import opt
-from hetbench.core.record import encode_fields
 from hetbench.errors import UserError
 from hetbench.sim.protocol import Meetings, Protocol
 
@@ -56,8 +55,9 @@ class PragueStatic(PragueBase):
         # The schedule leaves some workers alone on purpose (one per node in two of every four
         # steps, in the paper's layout): the share of (worker, step) in a group of two or more.
         steps = range(4)
-        grouped = sum(len(static_group(w, s, workers, config.workers_per_node)) > 1
-                      for w in range(workers) for s in steps)
+        grouped = sum(len(group) for s in steps
+                      for group in static_groups(s, workers, config.workers_per_node)
+                      if len(group) > 1)
         return grouped / (workers * len(steps))
 
     def setup(self, ctx, model, optimizer):
@@ -126,7 +126,8 @@ class PragueStaticSim(Protocol):
 
     def ready(self, w):
         step, group = self._group(w)
-        fields = encode_fields({"group": list(group), "gg_s": 0.0, "schedule_step": step})
+        # A dict, encoded only where event lines are written (bench sim --events full).
+        fields = {"group": list(group), "gg_s": 0.0, "schedule_step": step}
         if len(group) < 2:
             self.eng.end_step(w, self.eng.now, 0.0, fields, peers=0)
         else:
