@@ -360,3 +360,24 @@ def test_pairwise_rule_with_delta_c_2_separates_equal_workers():
                                           buffer_limit=1, seed=s), 150, 0.4, s)
               for s in range(5)]
     assert max(shares) > 0.3
+
+
+def test_a_group_without_division_is_a_uniform_draw_of_the_eligible_workers():
+    """The lazy draw (no Group Division: prague-random, and smart without division) picks
+    each set of eligible partners equally often, and never a done worker or the requester."""
+    tallies = {}
+    for seed in range(6000):
+        gen = GroupGenerator(7, 3, delta_c=None, group_division=False, seed=seed)
+        gen.finish(5)
+        gen.finish(6)
+        (group,) = [gen.request(0).members]
+        assert 0 in group and not {5, 6} & set(group) and len(group) == 3
+        tallies[group] = tallies.get(group, 0) + 1
+    # 6 pairs from workers 1-4, each expected 1000 times (sd about 29).
+    assert len(tallies) == 6 and all(850 < n < 1150 for n in tallies.values()), tallies
+
+
+def test_a_lazy_draw_stops_short_of_full_when_too_few_are_eligible():
+    gen = GroupGenerator(4, 4, delta_c=None, group_division=False, seed=1)
+    gen.finish(3)
+    assert gen.request(1).members == (0, 1, 2)

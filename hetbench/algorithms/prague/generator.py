@@ -227,7 +227,47 @@ class GroupGenerator:
 
         return {w: arrival(w) for w in (range(self.workers) if workers is None else workers)}
 
+    def _eligible_for(self, requester: int):
+        """eligible()'s test of one worker, as a function."""
+        rule = self.close if self.pairwise else self.not_behind
+        done, buffers, limit = self.done, self.buffers, self.buffer_limit
+
+        def eligible(w: int) -> bool:
+            return (w != requester and w not in done and len(buffers[w]) < limit
+                    and rule(w, requester))
+        return eligible
+
+    def _draw_group(self, requester: int) -> list[int]:
+        """The requester's group without Group Division: what _fill takes from the shuffled
+        eligible workers, drawn lazily. Eligible workers come in the order of a uniformly random
+        permutation of all workers, built one position at a time (Fisher-Yates, swaps kept in a
+        dict), which is a uniformly random order of the eligible ones: the same distribution as
+        shuffling them all, in O(group_size) draws instead of O(workers) per request (quadratic
+        in prague-random at thousands of workers)."""
+        rng, n, size = self._rng, self.workers, self.group_size
+        counts, eligible = self.counts, self._eligible_for(requester)
+        group = [requester]
+        lo = hi = counts[requester]
+        swapped: dict[int, int] = {}
+        for i in range(n):
+            if len(group) == size:
+                break
+            j = i + rng.randrange(n - i)
+            w = swapped.get(j, j)
+            swapped[j] = swapped.get(i, i)
+            if not eligible(w):
+                continue
+            c = counts[w]
+            c_lo, c_hi = min(lo, c), max(hi, c)
+            if not self.pairwise or self._within_threshold(c_lo, c_hi):
+                group.append(w)
+                lo, hi = c_lo, c_hi
+        return group
+
     def _generate(self, requester: int) -> None:
+        if not self.group_division and not (self.arrival_order and self._now is not None):
+            self._add(self._draw_group(requester))
+            return
         others = self.eligible(requester)
         self._rng.shuffle(others)
         if not (self.arrival_order and self._now is not None):
