@@ -105,10 +105,13 @@ def newest_usable(queue, k: int, staleness: int) -> Entry | None:
 
 def updates_ready(queues: dict, done: set, k: int, backup_workers: int, staleness: int) -> bool:
     """Iteration k may mix: usable models from all but `backup_workers` neighbours."""
-    usable = sum(newest_usable(q, k, staleness) is not None for q in queues.values())
-    # Neighbours that finished will send nothing more: waiting for them would never end.
-    possible = usable + sum(newest_usable(q, k, staleness) is None and j not in done
-                            for j, q in queues.items())
+    usable = possible = 0
+    for j, q in queues.items():
+        if newest_usable(q, k, staleness) is not None:
+            usable += 1
+            possible += 1
+        elif j not in done:  # one that finished sends nothing more: never wait for it
+            possible += 1
     return usable >= min(len(queues) - backup_workers, possible)
 
 

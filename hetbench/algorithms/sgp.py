@@ -248,7 +248,7 @@ class OSGPSim(DPSGDSim):
         # w posts iteration k's receives, then D-PSGD's wake-ups: whoever waits for w's
         # message or for w's receive of iteration k is among its partners of k.
         k = len(self.ready_at[w])
-        send_to, receive_from, _ = self.exchange.at(w, k)
+        send_to, receive_from = self.exchange.links(w, k)
         self.incoming[w].extend((k, j) for j in receive_from)
         if self.net.cluster is not None:
             # Messages of iteration k whose other end is ready already start now, in event
@@ -281,7 +281,7 @@ class OSGPSim(DPSGDSim):
             if any(len(ready_at[j]) <= due for j in partners):
                 return
             if on_cluster:  # its in-peers' messages of `due` and its own to its out-peers
-                send_to, receive_from, _ = self.exchange.at(x, due)
+                send_to, receive_from = self.exchange.links(x, due)
                 waited = self._waited
                 latest = max([mine, *(waited((j, x, due)) for j in receive_from),
                               *(waited((x, j, due)) for j in send_to)])
@@ -289,7 +289,7 @@ class OSGPSim(DPSGDSim):
                 latest = max(mine, max(ready_at[j][due] + flight for j in partners))
         self.waiting[x] = False
         net = self.net
-        sends = len(self.exchange.at(x, k)[0])
+        sends = len(self.exchange.links(x, k)[0])
         end = latest + sends * net.cpu_s * net.share(self.eng.active)
         incoming, mixed = self.incoming[x], []
         while incoming:

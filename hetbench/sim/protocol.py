@@ -52,18 +52,28 @@ class MemberCaches:
     set; otherwise they all build it anew. Used by the simulated P-Reduce and by the fit of its
     set-up cost from real runs (sim.model.fit_group_setup)."""
 
+    #: Member sets larger than this are cached under a small number of their own: a tuple
+    #: does not keep its hash, and a static schedule's inter-node group of 4,096 members was
+    #: hashed once per member per lookup (half of prague-static's time at 16,384 workers).
+    #: Such large sets come from fixed schedules, so the numbering stays small.
+    NUMBERED_FROM = 16
+
     def __init__(self, workers: int, cache_size: int):
         self.cache_size = cache_size
         self._caches = [OrderedDict() for _ in range(workers)]
+        self._numbers: dict[tuple[int, ...], int] = {}
 
     def use(self, members: tuple[int, ...]) -> bool:
         """One use of the set `members` (sorted); True when it was a hit."""
         caches = self._caches
-        hit = all(members in caches[x] for x in members)
+        key = members
+        if len(members) > self.NUMBERED_FROM:
+            key = self._numbers.setdefault(members, len(self._numbers))
+        hit = all(key in caches[x] for x in members)
         for x in members:
             cache = caches[x]
-            cache[members] = True
-            cache.move_to_end(members)
+            cache[key] = True
+            cache.move_to_end(key)
             if len(cache) > self.cache_size:
                 cache.popitem(last=False)
         return hit

@@ -381,3 +381,35 @@ def test_a_lazy_draw_stops_short_of_full_when_too_few_are_eligible():
     gen = GroupGenerator(4, 4, delta_c=None, group_division=False, seed=1)
     gen.finish(3)
     assert gen.request(1).members == (0, 1, 2)
+
+
+def _divide_group_by_group(gen: GroupGenerator, pool: list[int], fits_with=None) -> None:
+    """Group Division as first written: _fill for each leader, the rest as a new list."""
+    while pool:
+        group, pool = gen._fill([pool[0]], pool[1:], fits_with(pool[0]) if fits_with else None)
+        if len(group) > 1:
+            gen._add(group)
+
+
+def _same_lateness(late: frozenset[int]):
+    """arrival_order's fits_with: late workers only with late ones."""
+    return lambda leader: lambda w: (w in late) == (leader in late)
+
+
+@pytest.mark.parametrize("rule", ["requester", "pairwise"])
+@pytest.mark.parametrize("with_fits", [False, True])
+def test_division_in_one_pass_makes_the_groups_of_one_fill_per_leader(rule, with_fits):
+    rng = random.Random(5)
+    for trial in range(40):
+        workers = rng.randint(2, 60)
+        size = rng.randint(2, workers) if trial % 2 else 2
+        made = []
+        for divide in (_divide_group_by_group, GroupGenerator._divide):
+            gen = GroupGenerator(workers, size, delta_c=3, threshold_rule=rule, seed=trial)
+            draw = random.Random(trial)
+            gen.counts = [draw.randint(0, 6) for _ in range(workers)]
+            late = frozenset(x for x in range(workers) if draw.random() < 0.3)
+            pool = draw.sample(range(workers), draw.randint(0, workers))
+            divide(gen, pool, _same_lateness(late) if with_fits else None)
+            made.append([g.members for b in gen.buffers for g in b])
+        assert made[0] == made[1]

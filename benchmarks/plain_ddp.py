@@ -1,0 +1,103 @@
+"""A plain DistributedDataParallel training loop, written as a user would, importing nothing
+from hetbench: the yardstick for what the harness costs (benchmarks/harness_overhead.py).
+
+    .venv/bin/python benchmarks/plain_ddp.py --workers 4 --iterations 400 --hidden 128
+
+It trains the same model on the same data as hetbench's `mlp-digits` (an MLP 64-hidden-10 on
+scikit-learn's digits, batch 32 per worker, plain SGD), on `--workers` gloo processes with one
+torch thread each, and prints one JSON line: throughput in samples/s, scored as hetbench scores
+a run (the window from the last worker's end of warm-up to the first worker's last iteration
+end; an iteration counts in proportion to its overlap with it). The scoring is written out here
+again rather than imported, so that no hetbench code path is on either side of the comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+
+def load_digits() -> tuple[torch.Tensor, torch.Tensor]:
+    import sklearn  # the digits file ships with scikit-learn
+
+    path = Path(sklearn.__file__).parent / "datasets" / "data" / "digits.csv.gz"
+    with gzip.open(path, "rt") as f:
+        data = np.loadtxt(f, delimiter=",", dtype=np.float32)
+    return torch.from_numpy(data[:, :-1] / 16.0), torch.from_numpy(data[:, -1].astype(np.int64))
+
+
+def train(rank: int, args: argparse.Namespace, port: int, results) -> None:
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=args.workers)
+    torch.manual_seed(1)
+    x, y = load_digits()
+    shard = np.random.default_rng(rank).permutation(len(x))[rank::args.workers]
+    model = nn.parallel.DistributedDataParallel(
+        nn.Sequential(nn.Linear(64, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 10)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    spans = []
+    position = len(shard)
+    for _ in range(args.iterations):
+        t_start = time.time_ns()
+        if position + args.batch > len(shard):
+            np.random.shuffle(shard)
+            position = 0
+        index = torch.from_numpy(shard[position:position + args.batch])
+        position += args.batch
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x[index]), y[index]).backward()
+        optimizer.step()
+        spans.append((t_start, time.time_ns()))
+    dist.destroy_process_group()
+    results[rank] = spans
+
+
+def throughput(spans_by_rank: list[list[tuple[int, int]]], batch: int, warmup: int) -> float:
+    """Samples per second in the window in which every worker was past warm-up and running."""
+    t0 = max(spans[warmup - 1][1] for spans in spans_by_rank)
+    t1 = min(spans[-1][1] for spans in spans_by_rank)
+    samples = 0.0
+    for spans in spans_by_rank:
+        for start, end in spans:
+            overlap = min(end, t1) - max(start, t0)
+            if overlap > 0:
+                samples += batch * overlap / (end - start)
+    return samples / ((t1 - t0) / 1e9)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--iterations", type=int, default=400)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=5)
+    args = parser.parse_args()
+    results = mp.Manager().dict()
+    mp.spawn(train, args=(args, free_port(), results), nprocs=args.workers)
+    spans = [results[r] for r in range(args.workers)]
+    print(json.dumps({"throughput": throughput(spans, args.batch, args.warmup),
+                      "workers": args.workers, "iterations": args.iterations,
+                      "hidden": args.hidden, "batch": args.batch}))
+
+
+if __name__ == "__main__":
+    main()

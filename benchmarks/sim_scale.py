@@ -1,0 +1,81 @@
+"""How fast `bench sim` plays large clusters: wall time, peak memory and worker-iterations per
+second of one simulated run per algorithm, each in a process of its own.
+
+    .venv/bin/python benchmarks/sim_scale.py --workers 1024 --iterations 1000
+    .venv/bin/python benchmarks/sim_scale.py --workers 16384 --iterations 200 \
+        --algorithms prague-smart,hop
+
+Setting (issue 20): matrices/sim-scale.toml's workload (ResNet-18's real messages, emulated
+100 ms compute) under prob:5, seed 1. The wall time is the whole `bench sim` command (start-up,
+building the model for its message sizes, simulating, writing the run directory); the peak
+memory is that process's maximum resident set. Results go to
+results/benchmarks/sim_scale-<workers>x<iterations>.json (the --out directory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = Path(sys.executable).parent / "bench"
+#: Every algorithm bench sim plays.
+ALGORITHMS = ("allreduce", "allreduce-backup", "ps-sync", "ps-async", "dpsgd", "adpsgd", "sgp",
+              "osgp", "local-sgd", "diloco", "hop", "prague-static", "prague-smart",
+              "prague-random")
+
+
+def simulate(algorithm: str, args: argparse.Namespace, out: str) -> dict:
+    command = [str(BENCH), "sim", str(ROOT / "matrices" / "sim-scale.toml"),
+               "--algorithms", algorithm, "--workers", str(args.workers),
+               "--iterations", str(args.iterations), "--slowdown", args.slowdown,
+               "--seeds", "1", "--out", out]
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall_s = time.perf_counter() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        sys.exit(f"{algorithm}: bench sim failed: {process.stderr.read().decode()[-500:]}")
+    (summary,) = Path(out).glob(f"{algorithm}-*/summary.json")
+    simulated = json.loads(summary.read_text())
+    iterations = simulated["iterations"]
+    return {"algorithm": algorithm, "wall_s": wall_s, "sim_s": simulated["sim_s"],
+            "peak_rss_mb": usage.ru_maxrss / 1024, "worker_iterations": iterations,
+            "worker_iterations_per_s": iterations / wall_s,
+            "throughput": simulated["throughput"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=1024)
+    parser.add_argument("--iterations", type=int, default=1000)
+    parser.add_argument("--slowdown", default="prob:5")
+    parser.add_argument("--algorithms", default=",".join(ALGORITHMS))
+    parser.add_argument("--out", type=Path, default=Path("results/benchmarks"))
+    args = parser.parse_args()
+    rows = []
+    for algorithm in args.algorithms.split(","):
+        with tempfile.TemporaryDirectory() as tmp:
+            row = simulate(algorithm, args, tmp)
+        rows.append(row)
+        print(f"{algorithm:17s} {row['wall_s']:7.1f} s  {row['peak_rss_mb']:6.0f} MB  "
+              f"{row['worker_iterations_per_s']:9.0f} worker-iterations/s", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"sim_scale-{args.workers}x{args.iterations}.json"
+    path.write_text(json.dumps({
+        "benchmark": "sim_scale", "workers": args.workers, "iterations": args.iterations,
+        "slowdown": args.slowdown, "runs": rows, "command": " ".join(sys.argv),
+        "time": datetime.datetime.now().isoformat()}, indent=1))
+    print(f"-> {path}")
+
+
+if __name__ == "__main__":
+    main()
