@@ -25,6 +25,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
+WARMUP = 5  # bench run's default warmup_iterations, and plain_ddp.py's
 
 MATRIX = """name = "harness-overhead"
 algorithms = ["allreduce"]
@@ -39,15 +40,19 @@ batch_size = {batch}
 """
 
 
-def plain(args: argparse.Namespace, workers: int) -> float:
+def plain(args: argparse.Namespace, workers: int) -> tuple[float, float]:
+    """Throughput and CPU milliseconds per rank-iteration of the plain loop."""
     out = subprocess.run(
         [sys.executable, str(HERE / "plain_ddp.py"), "--workers", str(workers),
          "--iterations", str(args.iterations), "--hidden", str(args.hidden),
          "--batch", str(args.batch)], check=True, capture_output=True, text=True).stdout
-    return json.loads(out.splitlines()[-1])["throughput"]
+    result = json.loads(out.splitlines()[-1])
+    return result["throughput"], result["cpu_ms_per_iteration"]
 
 
-def hetbench(args: argparse.Namespace, workers: int) -> float:
+def hetbench(args: argparse.Namespace, workers: int) -> tuple[float, float]:
+    """Throughput and CPU milliseconds per rank-iteration (events' process_cpu_s after
+    warm-up) of `bench run`."""
     with tempfile.TemporaryDirectory() as tmp:
         matrix = Path(tmp) / "matrix.toml"
         matrix.write_text(MATRIX.format(workers=workers, iterations=args.iterations,
@@ -55,7 +60,10 @@ def hetbench(args: argparse.Namespace, workers: int) -> float:
         subprocess.run([str(BIN / "bench"), "run", str(matrix), "--out", f"{tmp}/out"],
                        check=True, capture_output=True)
         (summary,) = Path(tmp, "out").glob("*/summary.json")
-        return json.loads(summary.read_text())["throughput"]
+        cpu = [json.loads(line)["process_cpu_s"]
+               for events in summary.parent.glob("events.rank*.jsonl")
+               for line in events.read_text().splitlines()[WARMUP:]]
+        return json.loads(summary.read_text())["throughput"], statistics.mean(cpu) * 1e3
 
 
 def main() -> None:
@@ -72,18 +80,22 @@ def main() -> None:
         pairs = []
         for i in range(args.pairs):
             if i % 2 == 0:
-                p, h = plain(args, workers), hetbench(args, workers)
+                (p, p_cpu), (h, h_cpu) = plain(args, workers), hetbench(args, workers)
             else:
-                h, p = hetbench(args, workers), plain(args, workers)
+                (h, h_cpu), (p, p_cpu) = hetbench(args, workers), plain(args, workers)
             pairs.append({"plain": p, "hetbench": h, "ratio": h / p,
+                          "plain_cpu_ms": p_cpu, "hetbench_cpu_ms": h_cpu,
                           "first": "plain" if i % 2 == 0 else "hetbench"})
             print(f"w={workers} pair {i}: plain {p:8.1f}  hetbench {h:8.1f} samples/s  "
-                  f"ratio {h / p:.3f}", flush=True)
+                  f"ratio {h / p:.3f}   CPU per rank-iteration: plain {p_cpu:.3f} ms, "
+                  f"hetbench {h_cpu:.3f} ms", flush=True)
         ratios = sorted(pair["ratio"] for pair in pairs)
         quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
         row = {"workers": workers, "pairs": pairs, "median_ratio": statistics.median(ratios),
                "min_ratio": ratios[0], "max_ratio": ratios[-1],
-               "iqr": [quartiles[0], quartiles[2]]}
+               "iqr": [quartiles[0], quartiles[2]],
+               "median_cpu_ms": {side: statistics.median(pair[f"{side}_cpu_ms"] for pair in pairs)
+                                 for side in ("plain", "hetbench")}}
         results.append(row)
         print(f"w={workers}: median ratio {row['median_ratio']:.3f} "
               f"(min {ratios[0]:.3f}, max {ratios[-1]:.3f}, "

@@ -59,18 +59,19 @@ def train(rank: int, args: argparse.Namespace, port: int, results) -> None:
         optimizer.zero_grad()
         nn.functional.cross_entropy(model(x[index]), y[index]).backward()
         optimizer.step()
-        spans.append((t_start, time.time_ns()))
+        spans.append((t_start, time.time_ns(), time.process_time()))
     dist.destroy_process_group()
     results[rank] = spans
 
 
-def throughput(spans_by_rank: list[list[tuple[int, int]]], batch: int, warmup: int) -> float:
+def throughput(spans_by_rank: list[list[tuple[int, int, float]]], batch: int,
+               warmup: int) -> float:
     """Samples per second in the window in which every worker was past warm-up and running."""
     t0 = max(spans[warmup - 1][1] for spans in spans_by_rank)
     t1 = min(spans[-1][1] for spans in spans_by_rank)
     samples = 0.0
     for spans in spans_by_rank:
-        for start, end in spans:
+        for start, end, _ in spans:
             overlap = min(end, t1) - max(start, t0)
             if overlap > 0:
                 samples += batch * overlap / (end - start)
@@ -94,7 +95,12 @@ def main() -> None:
     results = mp.Manager().dict()
     mp.spawn(train, args=(args, free_port(), results), nprocs=args.workers)
     spans = [results[r] for r in range(args.workers)]
+    # CPU time of a rank per iteration after warm-up (all its threads), the mean over ranks:
+    # on a shared machine less noisy than throughput, and what the ranks compete for.
+    cpu_ms = sum((s[-1][2] - s[args.warmup - 1][2]) / (len(s) - args.warmup)
+                 for s in spans) / len(spans) * 1e3
     print(json.dumps({"throughput": throughput(spans, args.batch, args.warmup),
+                      "cpu_ms_per_iteration": cpu_ms,
                       "workers": args.workers, "iterations": args.iterations,
                       "hidden": args.hidden, "batch": args.batch}))
 
