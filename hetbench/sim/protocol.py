@@ -55,7 +55,8 @@ class MemberCaches:
     #: Member sets larger than this are cached under a small number of their own: a tuple
     #: does not keep its hash, and a static schedule's inter-node group of 4,096 members was
     #: hashed once per member per lookup (half of prague-static's time at 16,384 workers).
-    #: Such large sets come from fixed schedules, so the numbering stays small.
+    #: The numbering keeps every distinct large set: a fixed schedule's few, or (a generator
+    #: with group_size above 16) one per generated group, about 300 bytes each.
     NUMBERED_FROM = 16
 
     def __init__(self, workers: int, cache_size: int):
