@@ -383,12 +383,22 @@ def test_a_lazy_draw_stops_short_of_full_when_too_few_are_eligible():
     assert gen.request(1).members == (0, 1, 2)
 
 
-def _divide_group_by_group(gen: GroupGenerator, pool: list[int], fits_with=None) -> None:
-    """Group Division as first written: _fill for each leader, the rest as a new list."""
+def _division_by_the_definition(gen: GroupGenerator, pool: list[int], fits_with=None):
+    """Group Division as the docstring defines it, with plain lists: the first worker left
+    leads; every later one that passes fits_with(leader) and (pairwise rule) the threshold rule
+    with every member so far joins, up to group_size; the rest, in order, is the new pool."""
+    groups = []
     while pool:
-        group, pool = gen._fill([pool[0]], pool[1:], fits_with(pool[0]) if fits_with else None)
+        leader, group, rest = pool[0], [pool[0]], []
+        for w in pool[1:]:
+            counts = [gen.counts[m] for m in (*group, w)]
+            joins = ((fits_with is None or fits_with(leader)(w))
+                     and (not gen.pairwise or max(counts) - min(counts) < gen.delta_c))
+            (group if joins and len(group) < gen.group_size else rest).append(w)
         if len(group) > 1:
-            gen._add(group)
+            groups.append(tuple(sorted(group)))
+        pool = rest
+    return groups
 
 
 def _same_lateness(late: frozenset[int]):
@@ -398,18 +408,16 @@ def _same_lateness(late: frozenset[int]):
 
 @pytest.mark.parametrize("rule", ["requester", "pairwise"])
 @pytest.mark.parametrize("with_fits", [False, True])
-def test_division_in_one_pass_makes_the_groups_of_one_fill_per_leader(rule, with_fits):
+def test_division_over_a_linked_pool_makes_the_groups_of_the_definition(rule, with_fits):
     rng = random.Random(5)
     for trial in range(40):
         workers = rng.randint(2, 60)
         size = rng.randint(2, workers) if trial % 2 else 2
-        made = []
-        for divide in (_divide_group_by_group, GroupGenerator._divide):
-            gen = GroupGenerator(workers, size, delta_c=3, threshold_rule=rule, seed=trial)
-            draw = random.Random(trial)
-            gen.counts = [draw.randint(0, 6) for _ in range(workers)]
-            late = frozenset(x for x in range(workers) if draw.random() < 0.3)
-            pool = draw.sample(range(workers), draw.randint(0, workers))
-            divide(gen, pool, _same_lateness(late) if with_fits else None)
-            made.append([g.members for b in gen.buffers for g in b])
-        assert made[0] == made[1]
+        gen = GroupGenerator(workers, size, delta_c=3, threshold_rule=rule, seed=trial)
+        gen.counts = [rng.randint(0, 6) for _ in range(workers)]
+        late = frozenset(x for x in range(workers) if rng.random() < 0.3)
+        pool = rng.sample(range(workers), rng.randint(0, workers))
+        fits_with = _same_lateness(late) if with_fits else None
+        expected = _division_by_the_definition(gen, pool, fits_with)
+        gen._divide(pool, list(range(1, len(pool) + 1)), 0, fits_with)
+        assert [g.members for g in sorted({g for b in gen.buffers for g in b})] == expected

@@ -239,7 +239,7 @@ class GroupGenerator:
         return eligible
 
     def _draw_group(self, requester: int) -> list[int]:
-        """The requester's group without Group Division: what _fill takes from the shuffled
+        """The requester's group without Group Division: what _fill would take from the shuffled
         eligible workers, drawn lazily. Eligible workers come in the order of a uniformly random
         permutation of all workers, built one position at a time (Fisher-Yates, swaps kept in a
         dict), which is a uniformly random order of the eligible ones: the same distribution as
@@ -269,97 +269,81 @@ class GroupGenerator:
         if not self.group_division and not (self.arrival_order and self._now is not None):
             self._add(self._draw_group(requester))
             return
-        others = self.eligible(requester)
-        self._rng.shuffle(others)
-        if not (self.arrival_order and self._now is not None):
-            group, rest = self._fill([requester], others)
-            self._add(group)
-            if self.group_division:
-                self._divide(rest)
-            return
-        # Whoever is in a group waits for its last member. So: the requester (here now) gets
-        # the partners expected soonest, never a late one (it runs alone if only late ones are
-        # eligible; it did so too when nobody was expected within one step, which left
-        # homogeneous workers alone for asking at a different moment); the division groups
-        # neighbours in expected time, late workers only with late ones. Times are coarsened
-        # to quarters of a step, and stable sorts keep the shuffle's order among equals, so
-        # that groups keep mixing. (A horizon inside the division too was measured in bench
-        # sim: no better, and it leaves workers out of divisions.)
-        now, step = self._now, self.work_time()
-        when = self.expected_arrivals(now, others)
-        inf = float("inf")
-        quarter = step / 4 or 1.0
-        others.sort(key=lambda w: when[w] if when[w] == inf else (when[w] - now) // quarter)
+        pool = self.eligible(requester)
+        self._rng.shuffle(pool)
+        fits = fits_with = None
+        if self.arrival_order and self._now is not None:
+            # Whoever is in a group waits for its last member. So: the requester (here now)
+            # gets the partners expected soonest, never a late one (it runs alone if only late
+            # ones are eligible; it did so too when nobody was expected within one step, which
+            # left homogeneous workers alone for asking at a different moment); the division
+            # groups neighbours in expected time, late workers only with late ones. Times are
+            # coarsened to quarters of a step, and stable sorts keep the shuffle's order among
+            # equals, so that groups keep mixing. (A horizon inside the division too was
+            # measured in bench sim: no better, and it leaves workers out of divisions.)
+            now, step = self._now, self.work_time()
+            when = self.expected_arrivals(now, pool)
+            inf = float("inf")
+            quarter = step / 4 or 1.0
+            pool.sort(key=lambda w: when[w] if when[w] == inf else (when[w] - now) // quarter)
 
-        group, rest = self._fill([requester], others, lambda w: when[w] != inf)
+            def fits(w: int) -> bool:  # the requester's partners: never a late one
+                return when[w] != inf
+
+            def fits_with(leader: int):  # a division's groups: late only with late
+                late = when[leader] == inf
+                return lambda w: (when[w] == inf) == late
+
+        # The pool left over is a linked list over `pool` (next_left[i]: the next position
+        # still in it), so that taking a group's workers out of it never copies it.
+        next_left = list(range(1, len(pool) + 1))
+        group = [requester]
+        head = self._fill(group, pool, next_left, 0, fits)
         self._add(group)
         if self.group_division:
-            self._divide(rest, lambda leader: lambda w: (when[w] == inf) == (when[leader] == inf))
+            self._divide(pool, next_left, head, fits_with)
 
-    def _divide(self, pool: list[int], fits_with=None) -> None:
-        """Group Division: the pool, in order, into groups of up to group_size (a leader and
-        the first later workers that pass the threshold rule, and `fits_with(leader)`).
-
-        What _fill does for each leader in turn, with the pool left over kept as a linked list
-        over `pool` (next_left[i]: the next position still in it) instead of a new list per
-        group: the same groups in the same order, in O(pool) instead of O(pool^2 / group_size)
-        (0.34 s per division of 16,384 workers)."""
-        counts, size, pairwise = self.counts, self.group_size, self.pairwise
+    def _divide(self, pool: list[int], next_left: list[int], head: int, fits_with=None) -> None:
+        """Group Division: what is left of the linked pool from `head` on, in order, into
+        groups of up to group_size (a leader and the first later workers that pass the
+        threshold rule and `fits_with(leader)`); a leader nobody joins is left out. O(pool): a
+        new list per group made a division O(pool^2 / group_size), 0.34 s at 16,384 workers."""
         end = len(pool)
-        next_left = list(range(1, end + 1))
-        head = 0
         while head < end:
             leader = pool[head]
             group = [leader]
-            lo = hi = counts[leader]
-            fits = fits_with(leader) if fits_with else None
-            kept = None  # the last position scanned and left in the pool
-            new_head = end
-            i = next_left[head]
-            while i < end and len(group) < size:
-                w = pool[i]
-                c = counts[w]
-                c_lo, c_hi = (c, hi) if c < lo else (lo, c) if c > hi else (lo, hi)
-                if ((not pairwise or self._within_threshold(c_lo, c_hi))
-                        and (fits is None or fits(w))):
-                    group.append(w)
-                    lo, hi = c_lo, c_hi
-                    if kept is not None:
-                        next_left[kept] = next_left[i]
-                else:
-                    if kept is None:
-                        new_head = i
-                    kept = i
-                i = next_left[i]
-            head = new_head if kept is not None else i
+            head = self._fill(group, pool, next_left, next_left[head],
+                              fits_with(leader) if fits_with else None)
             if len(group) > 1:
                 self._add(group)
 
-    def _fill(self, group: list[int], pool: list[int],
-              fits=None) -> tuple[list[int], list[int]]:
-        """Add workers from `pool`, in its (random) order, that pass `fits` and (pairwise rule)
-        the threshold rule with every member so far, up to group_size; returns the group and
-        the pool left over. (Under the paper's rule the pool holds only eligible workers.)"""
+    def _fill(self, group: list[int], pool: list[int], next_left: list[int], i: int,
+              fits=None) -> int:
+        """Add to `group` the workers of the linked pool from position i on, in its (random)
+        order, that pass `fits` and (pairwise rule) the threshold rule with every member so far,
+        up to group_size, and unlink them; returns the first position left in the pool from i
+        on (len(pool): none). (Under the paper's rule the pool holds only eligible workers.)"""
         # The rule is checked against the group's extreme counts, not every member: this runs
         # for every worker of every division (a hot path of 1024-worker simulations).
-        counts, size = self.counts, self.group_size
+        counts, size, pairwise, end = self.counts, self.group_size, self.pairwise, len(pool)
         lo, hi = min(counts[m] for m in group), max(counts[m] for m in group)
-        rest = []
-        for i, w in enumerate(pool):
-            if len(group) == size:
-                # Full: the rest of the pool is left as it is (scanning it all for every group
-                # made a division quadratic).
-                rest.extend(pool[i:])
-                break
+        kept = None  # the last position scanned and left in the pool
+        first_kept = end
+        while i < end and len(group) < size:  # full: the rest is left unscanned
+            w = pool[i]
             c = counts[w]
             c_lo, c_hi = (c, hi) if c < lo else (lo, c) if c > hi else (lo, hi)
-            if ((not self.pairwise or self._within_threshold(c_lo, c_hi))
-                    and (fits is None or fits(w))):
+            if (not pairwise or self._within_threshold(c_lo, c_hi)) and (fits is None or fits(w)):
                 group.append(w)
                 lo, hi = c_lo, c_hi
+                if kept is not None:
+                    next_left[kept] = next_left[i]
             else:
-                rest.append(w)
-        return group, rest
+                if kept is None:
+                    first_kept = i
+                kept = i
+            i = next_left[i]
+        return i if kept is None else first_kept
 
     def _add(self, members: list[int]) -> None:
         group = Group(self.generated, tuple(sorted(members)))
