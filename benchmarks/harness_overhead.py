@@ -40,12 +40,19 @@ batch_size = {batch}
 """
 
 
+def run(command: list[str]) -> str:
+    """The command's stdout; its stderr's end as the error if it fails."""
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(command[:2])} failed: {done.stderr[-500:]}")
+    return done.stdout
+
+
 def plain(args: argparse.Namespace, workers: int) -> tuple[float, float]:
     """Throughput and CPU milliseconds per rank-iteration of the plain loop."""
-    out = subprocess.run(
-        [sys.executable, str(HERE / "plain_ddp.py"), "--workers", str(workers),
-         "--iterations", str(args.iterations), "--hidden", str(args.hidden),
-         "--batch", str(args.batch)], check=True, capture_output=True, text=True).stdout
+    out = run([sys.executable, str(HERE / "plain_ddp.py"), "--workers", str(workers),
+               "--iterations", str(args.iterations), "--hidden", str(args.hidden),
+               "--batch", str(args.batch)])
     result = json.loads(out.splitlines()[-1])
     return result["throughput"], result["cpu_ms_per_iteration"]
 
@@ -57,8 +64,7 @@ def hetbench(args: argparse.Namespace, workers: int) -> tuple[float, float]:
         matrix = Path(tmp) / "matrix.toml"
         matrix.write_text(MATRIX.format(workers=workers, iterations=args.iterations,
                                         hidden=args.hidden, batch=args.batch))
-        subprocess.run([str(BIN / "bench"), "run", str(matrix), "--out", f"{tmp}/out"],
-                       check=True, capture_output=True)
+        run([str(BIN / "bench"), "run", str(matrix), "--out", f"{tmp}/out"])
         (summary,) = Path(tmp, "out").glob("*/summary.json")
         cpu = [json.loads(line)["process_cpu_s"]
                for events in summary.parent.glob("events.rank*.jsonl")

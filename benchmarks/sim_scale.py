@@ -37,13 +37,15 @@ def simulate(algorithm: str, args: argparse.Namespace, out: str) -> dict:
                "--algorithms", algorithm, "--workers", str(args.workers),
                "--iterations", str(args.iterations), "--slowdown", args.slowdown,
                "--seeds", "1", "--out", out]
+    errors = Path(out) / "stderr.txt"  # a file, not a pipe: nobody reads a pipe during wait4
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(process.pid, 0)
+    with errors.open("w") as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+        # wait4, not wait: this child's own peak memory (ru_maxrss), not the largest of all.
+        _, status, usage = os.wait4(process.pid, 0)
     wall_s = time.perf_counter() - started
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode != 0:
-        sys.exit(f"{algorithm}: bench sim failed: {process.stderr.read().decode()[-500:]}")
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"{algorithm}: bench sim failed: {errors.read_text()[-500:]}")
     (summary,) = Path(out).glob(f"{algorithm}-*/summary.json")
     simulated = json.loads(summary.read_text())
     iterations = simulated["iterations"]

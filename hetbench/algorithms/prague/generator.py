@@ -79,8 +79,8 @@ THRESHOLD_RULES = ("requester", "pairwise")
 
 class Group(NamedTuple):
     """One P-Reduce: its place in the global order and its sorted members. (A named tuple:
-    made once per group, a quarter of a million times in a 16,384-worker simulation, where a
-    frozen dataclass's __init__ was a tenth of the time.)"""
+    made once per group, a quarter of a million times in 30 iterations of a 16,384-worker
+    simulation, where _add, which made a frozen dataclass, took a tenth of the profiled time.)"""
 
     id: int
     members: tuple[int, ...]
