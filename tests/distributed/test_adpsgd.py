@@ -12,7 +12,11 @@ from tests.helpers import events, on_ranks, run_config
 
 @pytest.mark.parametrize("workers", [4, 5])
 def test_with_lr_zero_the_sum_is_kept_and_models_reach_consensus(workers):
-    results = on_ranks(drive, workers, "adpsgd", {}, 150, 0.0)
+    # Consensus needs the actives to interleave: one that runs its 150 steps before the others
+    # start leaves its end of the path apart (CI once ended at 1.3e-2 with a build running
+    # beside it). A 3 ms pause per step keeps their rates alike; under three busy loops the
+    # ratio stayed near 1e-7 with it, and reached 3.6e-4 without.
+    results = on_ranks(drive, workers, "adpsgd", {}, 150, 0.0, 0.003)
     starts = np.stack([r[0] for r in results])
     finals = np.stack([r[1] for r in results])
     assert spread(starts) > 0.1

@@ -1,5 +1,7 @@
 """D-PSGD on real gloo ranks, checked against the math it claims to do."""
 
+import time
+
 import numpy as np
 import torch
 from torch import nn
@@ -28,9 +30,11 @@ def make_worker(comm, algorithm: str, options: dict, lr: float):
     return ctx, model, optimizer, algo
 
 
-def drive(comm, algorithm: str, options: dict, steps: int, lr: float):
+def drive(comm, algorithm: str, options: dict, steps: int, lr: float, pause_s: float = 0.0):
     """`steps` iterations of an algorithm with seeded random gradients, as the worker loop runs
-    them; returns (start model, final model, the gradient of each step) on this rank."""
+    them, each followed by `pause_s` of sleep (a stand-in for compute that keeps asynchronous
+    ranks progressing at about the same rate on a loaded host); returns (start model, final
+    model, the gradient of each step) on this rank."""
     ctx, model, optimizer, algo = make_worker(comm, algorithm, options, lr)
     start = flat_params(model).clone()
     g = torch.Generator().manual_seed(1000 + comm.rank)
@@ -42,6 +46,7 @@ def drive(comm, algorithm: str, options: dict, steps: int, lr: float):
         grads.append(flat_grads(model))
         info = algo.step(ctx, model, optimizer)
         iteration = info.next_iteration if info.next_iteration is not None else iteration + 1
+        time.sleep(pause_s)
     ctx.stopping = True
     algo.finish(ctx, model)
     return start.numpy(), flat_params(model).numpy(), torch.stack(grads).numpy()
