@@ -92,15 +92,17 @@ def compare_cmd(results_dir: Path, baseline: str, target: tuple[str, ...],
 @click.option("--emulate", is_flag=True, help="On the paper's cluster as a network preset "
               "models it, with time dilation (matrices/reproduce-NAME-emulated[-quick].toml; "
               "docs/network.md).")
+@click.option("--convergence", is_flag=True, help="Time to a target with real compute on real "
+              "images (matrices/reproduce-NAME-convergence[-quick].toml; docs/convergence.md).")
 @click.option("--dry-run", is_flag=True, help="List the runs and the published figures they "
               "cover; run nothing.")
 def reproduce_cmd(name: str, quick: bool, out: Path | None, force: bool, emulate: bool,
-                  dry_run: bool) -> None:
+                  convergence: bool, dry_run: bool) -> None:
     """Run a paper's matrix and report our ratios beside the published ones."""
     from hetbench.reports.reproduce import reproduce
 
     paths, failed = reproduce(name, quick, out, force, echo=click.echo, emulate=emulate,
-                              dry_run=dry_run)
+                              dry_run=dry_run, convergence=convergence)
     if dry_run:
         return
     for kind in ("md", "html", "csv", "published_csv"):

@@ -158,6 +158,10 @@ class RunConfig:
         return self.workload_class().is_synthetic(self.workload_config())
 
     @property
+    def data_source(self) -> str:
+        return self.workload_class().data_source(self.workload_config())
+
+    @property
     def compute(self) -> str:
         return self.workload_options.get("compute", "real")
 
@@ -200,11 +204,13 @@ class RunConfig:
             identity.pop("target")
         if not identity["network"]:  # likewise runs without a network model
             identity.pop("network")
-        # Likewise for options added to an algorithm after runs of it were stored.
-        options = identity["algorithm_options"]
-        for name, default in added_later_defaults(self.algorithm_class().Config).items():
-            if options.get(name) == default:
-                options.pop(name)
+        # Likewise for options added to an algorithm or workload after runs of it were stored.
+        for key, config_cls in (("algorithm_options", self.algorithm_class().Config),
+                                ("workload_options", self.workload_class().Config)):
+            options = identity[key]
+            for name, default in added_later_defaults(config_cls).items():
+                if options.get(name) == default:
+                    options.pop(name)
         blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:10]
 

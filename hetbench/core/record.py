@@ -194,7 +194,7 @@ def summary_head(config: RunConfig, status: str, cause: str | None,
         "algorithm": config.algorithm, "workload": config.workload,
         "workers": config.workers, "world_size": config.world_size,
         "slowdown": config.slowdown, "seed": config.seed, "pace_ms": config.pace_ms,
-        "compute": config.compute, "synthetic": config.synthetic,
+        "compute": config.compute, "synthetic": config.synthetic, "data": config.data_source,
     }
 
 

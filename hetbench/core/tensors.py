@@ -15,6 +15,11 @@ def flat_params(model: nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in params_of(model)])
 
 
+def flat_params_numel(model: nn.Module) -> int:
+    """How many of flat_state's leading entries are parameters."""
+    return sum(p.numel() for p in params_of(model))
+
+
 def flat_grads(model: nn.Module) -> torch.Tensor:
     """A new 1-D tensor holding all gradients (zeros where a parameter has none)."""
     return torch.cat([
@@ -29,6 +34,29 @@ def set_flat_params(model: nn.Module, flat: torch.Tensor) -> None:
     for p in params_of(model):
         n = p.numel()
         p.copy_(flat[offset:offset + n].view_as(p))
+        offset += n
+
+
+def float_buffers_of(model: nn.Module) -> list[torch.Tensor]:
+    """Floating-point buffers (batch norm's running mean and variance): part of the state a
+    model is evaluated with, though no optimizer step changes them."""
+    return [b for b in model.buffers() if b.is_floating_point()]
+
+
+def flat_state(model: nn.Module) -> torch.Tensor:
+    """A new 1-D tensor holding the trainable parameters, then the floating-point buffers: what
+    evaluating a model needs (the same as flat_params for a model without buffers)."""
+    params = params_of(model)
+    return torch.cat([t.detach().reshape(-1).to(params[0].dtype)
+                      for t in [*params, *float_buffers_of(model)]])
+
+
+@torch.no_grad()
+def set_flat_state(model: nn.Module, flat: torch.Tensor) -> None:
+    offset = 0
+    for t in [*params_of(model), *float_buffers_of(model)]:
+        n = t.numel()
+        t.copy_(flat[offset:offset + n].view_as(t))
         offset += n
 
 

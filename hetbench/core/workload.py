@@ -59,6 +59,18 @@ class Workload(ABC):
         """True when the data is generated, not real: every result says so."""
         return False
 
+    @classmethod
+    def data_source(cls, config: Any) -> str:
+        """Which data a run trains on, as summary.json and reports name it."""
+        if config.compute == "emulated":
+            return "none (emulated compute)"
+        return "synthetic" if cls.is_synthetic(config) else cls.real_data(config)
+
+    @classmethod
+    def real_data(cls, config: Any) -> str:
+        """The real data set's name (and where it was read from)."""
+        return "real"
+
     @abstractmethod
     def build_model(self) -> nn.Module:
         """A fresh model; the harness seeds torch first so every worker builds the same one."""

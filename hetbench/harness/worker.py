@@ -36,7 +36,13 @@ from hetbench.core.record import write_done, write_error
 from hetbench.core.signals import LAUNCHER_PID_ENV, exit_with
 from hetbench.core.store import EventLog, environment, read_json, write_json_atomic
 from hetbench.core.target import parse_target
-from hetbench.core.tensors import flat_params, params_of, set_flat_params
+from hetbench.core.tensors import (
+    flat_params,
+    flat_params_numel,
+    flat_state,
+    params_of,
+    set_flat_state,
+)
 from hetbench.core.workload import Workload
 from hetbench.errors import UserError
 from hetbench.harness.compute_end import ComputeEnd
@@ -87,7 +93,7 @@ class Snapshots:
         if tick % self.stride or tick in self.by_tick:
             return 0.0
         start = time.perf_counter()
-        self.by_tick[tick] = (iteration, flat_params(model))  # a new tensor (torch.cat)
+        self.by_tick[tick] = (iteration, flat_state(model))  # a new tensor (torch.cat)
         if len(self.by_tick) > MAX_SNAPSHOTS:
             self.stride *= 2
             self.by_tick = {t: s for t, s in self.by_tick.items() if t % self.stride == 0}
@@ -115,7 +121,7 @@ class History:
         if iteration % self.stride:
             return 0.0
         start = time.perf_counter()
-        flat = flat_params(model)  # a new tensor (torch.cat): no clone needed
+        flat = flat_state(model)  # a new tensor (torch.cat): no clone needed
         self.times.append(elapsed_s)
         self.states.append((iteration, flat))
         while len(self.states) > 1 and (
@@ -361,6 +367,10 @@ def _evaluate(config: RunConfig, ctx: WorkerContext, workload: Workload, model,
     """Score the average of all workers' models at each snapshot tick, then the final model,
     then (with a target) the moment the averaged model first met it.
 
+    A model is its parameters and its floating-point buffers (flat_state): a batch-norm model
+    is scored with the average of the running statistics each worker had at that moment, not
+    with rank 0's statistics from the end of training.
+
     Runs after training, so evaluation never perturbs the timed path. Rank 0 writes eval.jsonl.
     Without snapshots (emulated compute: no real model to test) only the final consensus
     distance is recorded.
@@ -373,14 +383,17 @@ def _evaluate(config: RunConfig, ctx: WorkerContext, workload: Workload, model,
 
     def score(flat: torch.Tensor, iteration: float) -> dict:
         mean = comm.average_(flat.clone(), workers)
-        spread = agreed(float((flat - mean).pow(2).sum()), ReduceOp.SUM) / len(workers)
+        # Over the parameters only: workers that agree on them are in consensus, whatever
+        # their batch-norm statistics (kept per worker by every algorithm).
+        n = flat_params_numel(model)
+        spread = agreed(float((flat[:n] - mean[:n]).pow(2).sum()), ReduceOp.SUM) / len(workers)
         record = {"iteration": agreed(iteration, ReduceOp.SUM) / len(workers),
                   "consensus_distance": spread}
         if ctx.rank == 0 and snapshots is not None:
-            original = flat_params(model)
-            set_flat_params(model, mean)
+            original = flat_state(model)
+            set_flat_state(model, mean)
             record.update(workload.evaluate(model))
-            set_flat_params(model, original)
+            set_flat_state(model, original)
         return record
 
     records = []
@@ -399,7 +412,7 @@ def _evaluate(config: RunConfig, ctx: WorkerContext, workload: Workload, model,
             records.append({"kind": "snapshot", "wall_s": tick * snapshots.interval_s,
                             **score(flat, iteration)})
     records.append({"kind": "final", "wall_s": agreed(end_s, ReduceOp.MAX),
-                    **score(flat_params(model), iterations_done)})
+                    **score(flat_state(model), iterations_done)})
     if history is not None:
         records.extend(_time_to_target(config, ctx, workload, model, history, records, agreed))
     if ctx.rank == 0:
@@ -473,7 +486,8 @@ def _time_to_target(config: RunConfig, ctx: WorkerContext, workload: Workload, m
     # (the evaluation that met the target) is the last.
     worker_times = [m[:, 0].tolist() for m, _ in per_worker]
     candidates = [*sorted({t for ts in worker_times for t in ts[1:]} - {hi_s}), hi_s]
-    original = flat_params(model)
+    original = flat_state(model)
+    n = flat_params_numel(model)
 
     def met_at(j: int) -> bool:
         """Evaluate the average of every worker's model as it was at candidates[j]."""
@@ -483,14 +497,15 @@ def _time_to_target(config: RunConfig, ctx: WorkerContext, workload: Workload, m
         current = [bisect.bisect_right(ts, t) - 1 for ts in worker_times]
         models = [per_worker[w][1][i] for w, i in enumerate(current)]
         mean = (sum(m.double() for m in models) / ctx.workers).to(payload.dtype)
-        set_flat_params(model, mean)
+        set_flat_state(model, mean)
         scores = workload.evaluate(model)
         found["probes"] += 1
         if not target.met(scores.get(target.column)):
             return False
         iterations = [per_worker[w][0][i, 1].item() for w, i in enumerate(current)]
         found.update(scores, wall_s=t, iteration=sum(iterations) / ctx.workers, moment="step end",
-                     consensus_distance=sum(float((m - mean).pow(2).sum()) for m in models)
+                     consensus_distance=sum(float((m[:n] - mean[:n]).pow(2).sum())
+                                            for m in models)
                      / ctx.workers)
         return True
 
@@ -510,7 +525,7 @@ def _time_to_target(config: RunConfig, ctx: WorkerContext, workload: Workload, m
             lo = probes[-1] + 1
         else:  # the probe before it failed (or it is lo)
             lo, hi = max(lo, first_met - step + 1), first_met
-    set_flat_params(model, original)
+    set_flat_state(model, original)
     return [found]
 
 

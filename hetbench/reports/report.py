@@ -124,6 +124,11 @@ class Report:
         if "synthetic" in runs and runs["synthetic"].fillna(False).astype(bool).any():
             names = sorted(runs[runs["synthetic"].fillna(False).astype(bool)]["workload"].unique())
             notes.append(f"Synthetic data (not the real data set) in: {', '.join(names)}.")
+        if "data" in runs:
+            named = runs.dropna(subset=["data"]).groupby("workload")["data"].unique()
+            sources = [f"{workload}: {', '.join(sorted(data))}" for workload, data in named.items()]
+            if sources:
+                notes.append(f"Data: {'; '.join(sources)}.")
         if "compute" in runs and (runs["compute"] == "emulated").any():
             names = sorted(runs[runs["compute"] == "emulated"]["workload"].unique())
             notes.append(f"Emulated compute in: {', '.join(names)} (a paced wait with real "

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hetbench.errors import UserError
-from hetbench.reports.published import PUBLISHED, measured_vs_published
+from hetbench.reports.published import PUBLISHED, PUBLISHED_CONVERGENCE, measured_vs_published
 from hetbench.reports.report import Section, write_report
 
 #: matrices/ of the source checkout (the package is installed editable; see README).
@@ -24,6 +24,14 @@ PUBLISHED_TEXT = (
     "convergence, else as a throughput ratio (emulated compute); `measured as` says which.")
 
 
+CONVERGENCE_TEXT = (
+    " Convergence: real compute on real images (scikit-learn's digits, upscaled; a narrow "
+    "VGG-16 and Hop's small CNN), every speedup the time the averaged model took to reach the "
+    "target; only the published figures on the workloads trained here are listed (the "
+    "throughput rows are `bench reproduce NAME [--emulate]`'s). docs/convergence.md says what "
+    "is reproduced at what scale.")
+
+
 EMULATED_TEXT = (
     " Emulated: every run played the paper's cluster as the network preset models it (links, "
     "nodes, NIC queues; assumptions in docs/network.md and the matrix file), its times in "
@@ -31,12 +39,15 @@ EMULATED_TEXT = (
 
 
 def matrix_path(name: str, quick: bool, matrix_dir: Path = MATRIX_DIR,
-                emulate: bool = False) -> Path:
-    """matrices/reproduce-<name>[-emulated][-quick].toml."""
+                emulate: bool = False, convergence: bool = False) -> Path:
+    """matrices/reproduce-<name>[-emulated|-convergence][-quick].toml."""
     if name not in PUBLISHED:
         raise UserError(f"unknown reproduction {name!r}; choose one of: {', '.join(PUBLISHED)}")
-    path = matrix_dir / (f"reproduce-{name}{'-emulated' if emulate else ''}"
-                         f"{'-quick' if quick else ''}.toml")
+    if emulate and convergence:
+        raise UserError("--emulate and --convergence are separate reproductions (emulated "
+                        "compute measures no convergence); pick one")
+    kind = "-emulated" if emulate else "-convergence" if convergence else ""
+    path = matrix_dir / f"reproduce-{name}{kind}{'-quick' if quick else ''}.toml"
     if not path.is_file():
         raise UserError(f"{path} is missing; run from a source checkout of hetbench")
     return path
@@ -55,13 +66,22 @@ def check_available(algorithms: list[str], name: str) -> None:
                             f"unavailable here ({reason}); see `bench list`") from None
 
 
-def coverage(name: str, configs) -> list[tuple[str, str]]:
-    """Each published figure of `name` and whether the matrix's runs can measure it: (figure,
-    'covered' or why not)."""
+def figures_for(name: str, convergence: bool, workloads: set[str]) -> list:
+    """The published figures a reproduction of `name` measures: the throughput tables' and
+    abstracts' (all of them, so a row not run says so), or with `convergence` the convergence
+    claims on the workloads the matrix trains."""
+    if not convergence:
+        return PUBLISHED[name]
+    return [fig for fig in PUBLISHED_CONVERGENCE[name] if fig.workload in workloads]
+
+
+def coverage(name: str, configs, convergence: bool = False) -> list[tuple[str, str]]:
+    """Each published figure the reproduction measures (figures_for) and whether the matrix's
+    runs can measure it: (figure, 'covered' or why not)."""
     runs = {(c.algorithm, c.workload, c.slowdown) for c in configs}
     workloads = {c.workload for c in configs}
     rows = []
-    for fig in PUBLISHED[name]:
+    for fig in figures_for(name, convergence, workloads):
         label = (f"{fig.source}: {fig.algorithm} / {fig.reference} ({fig.ref_slowdown}) on "
                  f"{fig.workload}, {fig.slowdown}")
         missing = [f"{a} {w} {sl}" for a, w, sl in [(fig.algorithm, fig.workload, fig.slowdown),
@@ -80,15 +100,16 @@ def coverage(name: str, configs) -> list[tuple[str, str]]:
 def reproduce(name: str, quick: bool, out: Path | None, force: bool = False,
               echo: Callable[[str], None] = print,
               matrix_dir: Path = MATRIX_DIR, emulate: bool = False, dry_run: bool = False,
-              ) -> tuple[dict[str, Path], int]:
-    """Run the reproduction matrix (on the paper's emulated cluster with `emulate`) and write
-    its report; returns (paths, failed run count). `dry_run`: list the runs and which
-    published figures they cover, run nothing (returns ({}, 0))."""
+              convergence: bool = False) -> tuple[dict[str, Path], int]:
+    """Run the reproduction matrix (on the paper's emulated cluster with `emulate`; the
+    real-compute convergence matrix with `convergence`) and write its report; returns (paths,
+    failed run count). `dry_run`: list the runs and which published figures they cover, run
+    nothing (returns ({}, 0))."""
     from hetbench.harness.matrix import expand, load_matrix_file
     from hetbench.harness.runner import run_matrix
     from hetbench.reports.targets import targets_from_matrix
 
-    spec = load_matrix_file(matrix_path(name, quick, matrix_dir, emulate))
+    spec = load_matrix_file(matrix_path(name, quick, matrix_dir, emulate, convergence))
     check_available(list(spec.get("algorithms", [])), name)
     targets = targets_from_matrix(spec)
     configs = expand(spec)
@@ -96,7 +117,7 @@ def reproduce(name: str, quick: bool, out: Path | None, force: bool = False,
     if dry_run:
         for config in configs:
             echo(f"{config.run_id}  {config.label()}")
-        rows = coverage(name, configs)
+        rows = coverage(name, configs, convergence)
         covered = sum(status == "covered" for _, status in rows)
         echo(f"published figures: {covered} of {len(rows)} covered by these "
              f"{len(configs)} run(s)")
@@ -122,9 +143,11 @@ def reproduce(name: str, quick: bool, out: Path | None, force: bool = False,
     tables = []
 
     def published_section(report) -> list[Section]:
-        table = measured_vs_published(PUBLISHED[name], report.throughput, report.time_to_target)
+        figures = figures_for(name, convergence, {c.workload for c in configs})
+        table = measured_vs_published(figures, report.throughput, report.time_to_target)
         tables.append(table)
-        text = PUBLISHED_TEXT + (EMULATED_TEXT if emulate else "")
+        text = PUBLISHED_TEXT + (EMULATED_TEXT if emulate else "") + (
+            CONVERGENCE_TEXT if convergence else "")
         return [Section("Published vs measured", text, table)]
 
     paths = write_report(out, "allreduce" if name == "prague" else "dpsgd", targets,

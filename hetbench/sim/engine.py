@@ -419,6 +419,7 @@ def _summary(config: RunConfig, models: SimModels, engine: Engine, status: str,
         **summary_head(config, status, cause, started),
         **engine.sink.summary(config),
         "simulated": True, "sim": {**models.to_dict(config), **engine.protocol.stats()},
+        "data": "none (simulated)",
     }
     # A simulated run has no start-up: its wall time is the simulated training span.
     summary["wall_s"] = summary["train_wall_s"]

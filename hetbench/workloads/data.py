@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from importlib.util import find_spec
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -45,3 +47,33 @@ def classification_eval(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
         correct += (logits.argmax(dim=1) == yb).sum().item()
     model.train(was_training)
     return {"test_loss": loss_sum / len(x), "test_accuracy": correct / len(x)}
+
+
+def load_digits() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits (1797 x 64, scaled to [0, 1]) read straight from its data file.
+
+    Importing sklearn.datasets costs seconds per worker on a small machine; the file is the same
+    one `sklearn.datasets.load_digits` reads.
+    """
+    spec = find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the digits need scikit-learn installed (it ships the digits data)")
+    path = Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
+    data = np.loadtxt(path, delimiter=",", dtype=np.float32)
+    return data[:, :-1] / 16.0, data[:, -1].astype(np.int64)
+
+
+def digits_split(test_fraction: float) -> tuple[torch.Tensor, ...]:
+    """(x_train, y_train, x_test, y_test) of the digits, x as (n, 64) in [0, 1].
+
+    The split is stratified and fixed (not the run's seed), so every run is scored on the same
+    test set.
+    """
+    x, y = load_digits()
+    rng = np.random.default_rng(0)
+    test = np.concatenate([
+        rng.permutation(np.flatnonzero(y == c))[: round(test_fraction * (y == c).sum())]
+        for c in range(10)])
+    train = np.setdiff1d(np.arange(len(y)), test)
+    t = torch.tensor
+    return t(x[train]), t(y[train]), t(x[test]), t(y[test])

@@ -44,6 +44,10 @@ class LinearSVM(Workload):
     def is_synthetic(cls, config):
         return not config.data_file
 
+    @classmethod
+    def real_data(cls, config):
+        return f"LIBSVM {config.data_file}"
+
     @cached_property
     def _data(self):
         c = self.config

@@ -109,6 +109,11 @@ class Transformer(Workload):
                                 f"file or a WikiText / *.txt directory, or text = "
                                 f"\"{PYTHON_DOCS}\" (shipped with Python)")
 
+    @classmethod
+    def real_data(cls, config):
+        return "Python's documentation text (pydoc_data)" if config.text == PYTHON_DOCS else \
+            f"text from {config.text}"
+
     def build_model(self):
         return TransformerLM(*SIZES[self.config.size])
 

@@ -44,3 +44,22 @@ def test_twice_the_pacing_takes_twice_as_long_to_the_target(tmp_path):
         (fast["wall_s"] + slow["wall_s"]) / 2)
     # Consistency: the refined moment lies between the run's start and its end.
     assert 0 < fast["wall_s"] < summary(tmp_path / "p40")["train_wall_s"] + 1
+
+
+def test_a_batch_norm_model_is_scored_with_the_workers_averaged_statistics(tmp_path):
+    # VGG-16's CIFAR form (batch norm) on the digits. Evaluation averages each worker's running
+    # statistics with its parameters, at each snapshot's own moment; consensus counts the
+    # parameters only, so All-Reduce's workers agree exactly though their statistics differ.
+    done = run_config(tmp_path, algorithm="allreduce", workload="vgg16", workers=2,
+                      iterations=60, warmup_iterations=2, eval_interval_s=0.5,
+                      target="loss:1.0", workload_options={
+                          "dataset": "digits", "variant": "cifar-bn", "width": 0.125,
+                          "lr": 0.02, "momentum": 0.9})
+    assert done["status"] == "ok", done["cause"]
+    assert done["data"] == "scikit-learn digits, upscaled to 32x32x3"
+    records = [json.loads(line) for line in (tmp_path / "eval.jsonl").read_text().splitlines()]
+    assert all(r["consensus_distance"] == 0 for r in records)
+    snapshots = [r for r in records if r["kind"] == "snapshot"]
+    assert snapshots[0]["test_loss"] > 2.0 > 1.0 > done["final_test_loss"]  # chance is 2.30
+    target = _target_record(tmp_path)
+    assert target["test_loss"] <= 1.0 and target["moment"] == "step end"

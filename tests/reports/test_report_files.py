@@ -162,32 +162,48 @@ def test_reproduce_fails_in_one_line_when_an_algorithm_is_unavailable(monkeypatc
 
 @pytest.mark.parametrize("name", ["prague", "hop"])
 @pytest.mark.parametrize("quick", [False, True])
-@pytest.mark.parametrize("emulate", [False, True])
-def test_reproduce_matrices_expand(name, quick, emulate):
+@pytest.mark.parametrize("kind", ["throughput", "emulate", "convergence"])
+def test_reproduce_matrices_expand(name, quick, kind):
     from hetbench.harness.matrix import expand, load_matrix_file
-    from hetbench.reports.published import PUBLISHED
+    from hetbench.reports.published import PUBLISHED, PUBLISHED_CONVERGENCE
     from hetbench.reports.targets import targets_from_matrix
 
-    spec = load_matrix_file(matrix_path(name, quick, emulate=emulate))
+    emulate, convergence = kind == "emulate", kind == "convergence"
+    spec = load_matrix_file(matrix_path(name, quick, emulate=emulate, convergence=convergence))
     try:
         configs = expand(spec)
     except UserError as exc:
         if "unavailable" in str(exc):
             pytest.skip(f"an algorithm has not landed yet: {exc}")
         raise
-    targets_from_matrix(spec)
+    targets = targets_from_matrix(spec)
     algorithms = {c.algorithm for c in configs}
     # Every algorithm of a published figure on a workload we run is in the matrix.
     workloads = {c.workload for c in configs}
-    for fig in PUBLISHED[name]:
+    for fig in (PUBLISHED_CONVERGENCE if convergence else PUBLISHED)[name]:
         if fig.workload in workloads:
             assert {fig.algorithm, fig.reference} <= algorithms
-    if name == "prague":
+    if convergence:
+        # Real compute on real images, timed to a target: what a convergence figure needs.
+        assert {c.compute for c in configs} == {"real"} and targets
+        assert {c.data_source for c in configs} == {"scikit-learn digits, upscaled to 32x32x3"}
+        assert all(c.pace_ms > 0 for c in configs)
+    elif name == "prague":
         assert {c.compute for c in configs} == {"emulated"}
     # --emulate plays the paper's own preset, dilated; without it, no network model.
     presets = {c.network.get("preset") for c in configs}
     assert presets == ({name} if emulate else {None})
     assert all(c.dilation > 1 for c in configs) == emulate
+
+
+def test_reproduce_convergence_covers_its_figures_and_is_not_emulated(bench):
+    listed = bench("reproduce", "prague", "--convergence", "--quick", "--dry-run")
+    assert listed.returncode == 0, listed.stderr
+    assert "published figures: 5 of 5 covered by these 8 run(s)" in listed.stdout
+    assert "resnet18" not in listed.stdout  # the throughput rows are another reproduction's
+    both = bench("reproduce", "hop", "--convergence", "--emulate", "--dry-run")
+    assert both.returncode == 2 and both.stderr.count("\n") == 1
+    assert "pick one" in both.stderr
 
 
 def test_cli_compare_and_report_on_fixtures(results, bench):

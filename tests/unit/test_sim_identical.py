@@ -20,8 +20,9 @@ sys.path.insert(0, str(HERE))
 from digest import digest  # noqa: E402
 
 GOLDEN = json.loads((HERE / "golden.json").read_text())
-#: Summary keys added since the golden runs (records of how a run was written, not results).
-ADDED_SINCE = {"events"}
+#: Summary keys added since the golden runs (records of how a run was written or what it read,
+#: not results).
+ADDED_SINCE = {"events", "data"}
 
 
 @pytest.fixture(scope="module")
