@@ -38,9 +38,14 @@ def set_flat_params(model: nn.Module, flat: torch.Tensor) -> None:
 
 
 def float_buffers_of(model: nn.Module) -> list[torch.Tensor]:
-    """Floating-point buffers (batch norm's running mean and variance): part of the state a
-    model is evaluated with, though no optimizer step changes them."""
-    return [b for b in model.buffers() if b.is_floating_point()]
+    """Persistent floating-point buffers (batch norm's running mean and variance): part of the
+    state a model is evaluated with, though no optimizer step changes them. Non-persistent
+    buffers (a Transformer's causal mask) are constants of the model, not state."""
+    if next(model.buffers(), None) is None:  # most models: skip building the state dict
+        return []
+    buffers = {id(b) for b in model.buffers()}
+    return [t for t in model.state_dict(keep_vars=True).values()
+            if id(t) in buffers and t.is_floating_point()]
 
 
 def flat_state(model: nn.Module) -> torch.Tensor:

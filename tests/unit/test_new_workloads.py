@@ -153,3 +153,6 @@ def test_a_model_state_holds_the_batch_norm_statistics_beside_the_parameters():
     assert torch.equal(model[1].running_mean, stats[0])
     assert torch.equal(model[1].running_var, stats[1])
     assert torch.equal(flat_state(model), state)
+    # A non-persistent buffer (the Transformer's causal mask) is a constant, not state.
+    transformer = TransformerLM(*SIZES["tiny"])
+    assert torch.equal(flat_state(transformer), flat_params(transformer))
