@@ -111,8 +111,9 @@ class Transformer(Workload):
 
     @classmethod
     def real_data(cls, config):
-        return "Python's documentation text (pydoc_data)" if config.text == PYTHON_DOCS else \
-            f"text from {config.text}"
+        if config.text == PYTHON_DOCS:
+            return "Python's documentation text (pydoc_data)"
+        return f"text from {config.text}"
 
     def build_model(self):
         return TransformerLM(*SIZES[self.config.size])
