@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import torch
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -41,7 +42,7 @@ from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.options import opt
 from hetbench.core.tensors import buckets, params_of
 from hetbench.errors import UserError
-from hetbench.sim.protocol import Protocol
+from hetbench.sim.protocol import Protocol, Steps
 
 IMPLS = ("buckets", "ddp", "horovod")
 COMPRESSIONS = ("none", "powersgd")
@@ -313,3 +314,10 @@ class AllReduceSim(Protocol):
             self.eng.end_step(x, end, start - self.eng.t_sync[x], peers=self.n - 1,
                               staleness=0.0)
         self.arrived = []
+
+    lockstep = True
+
+    def step_all(self, k, t_sync, full):
+        start = float(t_sync.max())
+        end = self.net.rings(range(self.n), self.buckets, start, self.n)
+        return Steps(np.full(self.n, end), start - t_sync, self.n - 1)

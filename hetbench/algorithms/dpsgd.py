@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import torch
 
 from hetbench.algorithms import topologies
@@ -24,7 +25,7 @@ from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.options import opt
 from hetbench.core.tensors import flat_params, set_flat_params
 from hetbench.errors import UserError
-from hetbench.sim.protocol import Protocol
+from hetbench.sim.protocol import Protocol, Steps
 
 #: Point-to-point tag of D-PSGD's model exchange (gloo matches messages on (source, tag)).
 MODEL_TAG = 31
@@ -162,6 +163,8 @@ class DPSGDSim(Protocol):
     def __init__(self, engine):
         super().__init__(engine)
         self.exchange = self.make_exchange()
+        if self.lockstep and not self.exchange.time_varying:
+            self._static_neighbours()
         #: ready_at[w][k]: when w's k-th gradient was ready (its k-th model sent).
         self.ready_at: list[list[float]] = [[] for _ in range(self.n)]
         self.waiting = [False] * self.n
@@ -204,3 +207,37 @@ class DPSGDSim(Protocol):
         else:  # each in-neighbour's model over its links, queued at x's NIC
             end = max(net.wire(j, x, self.model_bytes, begin) for j in receive_from)
         self.eng.end_step(x, end, latest - mine, peers=len(receive_from), staleness=0.0)
+
+    lockstep = True
+    #: A static graph with more edges than this is played event by event (the lockstep's
+    #: neighbour index, workers x the largest degree, would not be small).
+    LOCKSTEP_EDGES = 1 << 22
+
+    def step_all(self, k, t_sync, full):
+        net, exchange = self.net, self.exchange
+        if exchange.time_varying:
+            # In-peers (x - d) % n and out-peers (x + d) % n of every shift d: rolled copies.
+            offsets = topologies.exponential_offsets(self.n, k, exchange.peers)
+            latest = np.roll(t_sync, -offsets[0])
+            for d in offsets:
+                latest = np.maximum(np.maximum(latest, np.roll(t_sync, -d)), np.roll(t_sync, d))
+            degree = len(offsets)
+        else:
+            # Each row: x's neighbours, padded with x itself (changes neither the step's begin,
+            # max(latest, mine), nor its clipped wait, max(latest - mine, 0)).
+            latest = t_sync[self._neighbours].max(axis=1)
+            degree = self._degree
+        begin = np.maximum(latest, t_sync)
+        end = begin + (net.alpha_s + self.model_bytes / net.beta_bytes_per_s
+                       + degree * net.cpu_s * net.share(self.n))
+        return Steps(end, latest - t_sync, degree)
+
+    def _static_neighbours(self) -> None:
+        graph = self.exchange.graph
+        widest = max(len(peers) for peers in graph)
+        if widest * self.n > self.LOCKSTEP_EDGES:
+            self.lockstep = False
+            return
+        self._neighbours = np.array([(*peers, *[x] * (widest - len(peers)))
+                                     for x, peers in enumerate(graph)], dtype=np.int64)
+        self._degree = np.array([len(peers) for peers in graph], dtype=np.int64)

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from collections import deque
 
+import numpy as np
 import torch
 
 from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.tensors import flat_grads, flat_params, set_flat_grads, set_flat_params
-from hetbench.sim.protocol import Protocol
+from hetbench.sim.protocol import Protocol, Steps
 
 GRAD_TAG = 1
 PARAMS_TAG = 2
@@ -170,6 +171,21 @@ class PSSyncSim(Protocol):
             own = 2 * (hop + cpu) + self.push + self.pull
             self.eng.end_step(x, end, end - t_sync[x] - own, peers=self.n - 1, staleness=0.0)
         self.arrived = []
+
+    lockstep = True
+
+    def step_all(self, k, t_sync, full):
+        hop, cpu = self.net.hop(self.n + self.servers), self.net.cpu_s
+        arrivals = (t_sync + hop) + self.push
+        if cpu == 0.0:
+            free = float(arrivals.max())
+        else:  # the server's receives one after another, in arrival order (ready's loop)
+            free = 0.0
+            for arrive in np.sort(arrivals).tolist():
+                free = max(free, arrive) + cpu
+        end = free + np.arange(1, self.n + 1) * (cpu + self.pull) + hop
+        own = 2 * (hop + cpu) + self.push + self.pull
+        return Steps(end, end - t_sync - own, self.n - 1)
 
     def _ready_on_cluster(self) -> None:
         """The same step on a run's Cluster: every push queues at the server's NIC, every pull

@@ -226,6 +226,10 @@ class OSGPSim(DPSGDSim):
     iterations <= k - max_delay, then mixes in, in posting order, every message that has
     arrived by the end of its step, as the real arrival thread marks them."""
 
+    #: A step mixes in whatever has arrived by its end: that depends on other workers' later
+    #: iterations, so OSGP is played event by event.
+    lockstep = False
+
     def __init__(self, engine):
         super().__init__(engine)
         self.delay = self.config.max_delay

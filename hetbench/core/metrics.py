@@ -99,6 +99,18 @@ class SyncTally:
                 self.stale_total += staleness
                 self.stale_count += 1
 
+    def add_all(self, peers, staleness: float | None) -> None:
+        """add(p, staleness) for every p of the integer array `peers`, in order."""
+        self.steps += len(peers)
+        self.peers_total += int(peers.sum())
+        synced = int((peers > 0).sum())
+        self.synced += synced
+        if staleness is not None and synced:
+            self.stale_count += synced
+            if staleness != 0.0:  # a running sum in order, as add() keeps it
+                for _ in range(synced):
+                    self.stale_total += staleness
+
     def health(self) -> dict[str, float | None]:
         steps = self.steps
         return {

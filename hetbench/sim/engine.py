@@ -42,8 +42,12 @@ FLUSH_EVERY = 512
 class Engine:
     """A heap of timed callbacks and the per-worker state of the harness's training loop."""
 
-    def __init__(self, config: RunConfig, models: SimModels, sink: EventSink | None = None):
+    def __init__(self, config: RunConfig, models: SimModels, sink: EventSink | None = None,
+                 lockstep: bool = True):
         self.config = config
+        #: Whether run() may play a lockstep protocol an iteration at a time (False: always
+        #: event by event, the reference the lockstep tests compare with).
+        self.allow_lockstep = lockstep
         self.models = models
         self.network = models.for_run(config)
         self.layout = layout(config)
@@ -79,8 +83,14 @@ class Engine:
 
     def run(self) -> None:
         """Play the run to the end; RuntimeError if the protocol leaves workers waiting forever."""
-        for w in range(self.n):
-            self.begin(w, 0.0)
+        if self.lockstep():
+            self._run_lockstep()
+        else:
+            for w in range(self.n):
+                self.begin(w, 0.0)
+        self._drain_heap()
+
+    def _drain_heap(self) -> None:
         heap = self._heap
         while heap:
             t, _, fn, args = heapq.heappop(heap)
@@ -92,6 +102,47 @@ class Engine:
                 f"simulation of {self.config.algorithm} stalled at t={self.now:.6f} s: workers "
                 f"{stuck[:10]} never finished (at iterations "
                 f"{[self.iteration[w] for w in stuck[:10]]})")
+
+    # -- lockstep: an iteration of every worker at a time ---------------------------------------
+    def lockstep(self) -> bool:
+        """Whether this run can be played an iteration at a time (Protocol.lockstep): an
+        iteration budget (a wall-clock budget stops workers by time), and a network whose costs
+        do not depend on how many processes are in a step at each instant (no shared cores: a
+        lockstep play does not track that count; no Cluster: its NIC queues serve transfers in
+        the order events run)."""
+        net = self.network
+        return (self.allow_lockstep and self.protocol.lockstep and self.config.seconds is None
+                and self.config.iterations is not None and net.cluster is None
+                and net.cores is None)
+
+    def _run_lockstep(self) -> None:
+        """The worker loop of begin/_compute/_end with numpy over the workers: the same
+        arithmetic in the same order, element by element, so every time is the same double
+        as the event path's. Then each worker's budget is spent at its last step's end, and
+        finish() runs as events (a protocol's finish may still synchronize)."""
+        n, sink, protocol = self.n, self.sink, self.protocol
+        full = sink is None or sink.full
+        t = np.zeros(n)
+        for k in range(self.config.iterations):
+            if self._draw is None:
+                compute = np.full(n, self.compute_s)
+            else:  # each worker's own seeded stream: the same draws in any order
+                compute = np.array([self._draw(w) for w in range(n)])
+            slow = (self.injector.factors(k, t) - 1.0) * compute
+            t_sync = t + compute + slow
+            steps = protocol.step_all(k, t_sync, full)
+            step_s = steps.t_end - t_sync
+            wait_s = np.minimum(np.maximum(steps.wait_s, 0.0), step_s)
+            if sink is not None:
+                sink.add_all(k, t, steps.t_end, compute, slow, step_s - wait_s, wait_s, steps)
+            t = steps.t_end
+            self.events += n
+            self.iteration = [k + 1] * n
+        if sink is not None:
+            sink.settle()
+        self.t_sync = t.tolist() if self.config.iterations == 0 else t_sync.tolist()
+        for w, t_end in enumerate(t.tolist()):
+            self.at(t_end, self.begin, w, t_end)
 
     # -- the worker loop ---------------------------------------------------------------------
     def _budget_spent(self, w: int, t: float) -> bool:
@@ -227,6 +278,9 @@ class EventSink:
         self.last_iteration: list[int | None] = [None] * n
         self.sync = SyncTally()
         self.discarded = 0
+        #: Lockstep iterations not yet moved into the per-rank arrays: (t_start, t_end,
+        #: compute, slowdown, comm, wait), one array over the workers each (settle()).
+        self._columns: list[tuple[np.ndarray, ...]] = []
 
     def add(self, rank: int, iteration: int, t_start: float, t_end: float, compute_s: float,
             slowdown_s: float, comm_s: float, wait_s: float, fields: dict | str | None,
@@ -269,6 +323,49 @@ class EventSink:
         if len(buffer) >= FLUSH_EVERY:
             self._flush(rank)
 
+    def add_all(self, iteration: int, t_start: np.ndarray, t_end: np.ndarray,
+                compute_s: np.ndarray, slowdown_s: np.ndarray, comm_s: np.ndarray,
+                wait_s: np.ndarray, steps) -> None:
+        """add() for every worker's step of one lockstep iteration (Steps: peers, staleness,
+        fields), in rank order. Without event lines the columns are kept as arrays and moved
+        into the per-rank arrays once (settle), not one Python call per worker-iteration."""
+        n = len(t_start)
+        peers = steps.peers
+        if self.full:
+            columns = [c.tolist() for c in (t_start, t_end, compute_s, slowdown_s, comm_s, wait_s)]
+            peer_list = peers.tolist() if isinstance(peers, np.ndarray) else [peers] * n
+            fields = steps.fields or [None] * n
+            staleness = steps.staleness
+            if not isinstance(staleness, list):
+                staleness = [staleness] * n
+            for rank, (a, b, c, d, e, f) in enumerate(zip(*columns, strict=True)):
+                self.add(rank, iteration, a, b, c, d, e, f, fields[rank], peer_list[rank],
+                         staleness[rank])
+            return
+        self.sync.add_all(peers if isinstance(peers, np.ndarray) else np.full(n, peers),
+                          steps.staleness)
+        self._columns.append((t_start, t_end, compute_s, slowdown_s, comm_s, wait_s))
+        self.last_iteration = [iteration] * n
+
+    def settle(self) -> None:
+        """Move the kept lockstep columns into the per-rank arrays (times in ns rounded as
+        add() rounds them: half to even)."""
+        if not self._columns:
+            return
+        n = len(self._columns[0][0])
+        iterations = len(self._columns)
+        starts, ends, *times = (np.stack(c, axis=1) for c in zip(*self._columns, strict=True))
+        self._columns = []
+        starts = np.rint(starts * 1e9).astype(np.int64)
+        ends = np.rint(ends * 1e9).astype(np.int64)
+        counted = np.full(iterations, self.samples, dtype=np.int_).tobytes()
+        for rank in range(n):
+            self.starts[rank].frombytes(starts[rank].tobytes())
+            self.ends[rank].frombytes(ends[rank].tobytes())
+            self.counted[rank].frombytes(counted)
+            for column, values in zip(self.times[rank], times, strict=True):
+                column.frombytes(values[rank].tobytes())
+
     def _flush(self, rank: int) -> None:
         lines = self._buffers.pop(rank, [])
         if lines:
@@ -276,6 +373,7 @@ class EventSink:
                 f.write("".join(lines))
 
     def close(self) -> None:
+        self.settle()
         for rank in list(self._buffers):
             self._flush(rank)
         if not self.full:
@@ -381,12 +479,14 @@ class SimResult:
 
 
 def simulate(config: RunConfig, models: SimModels, out_dir: Path,
-             events: str = "auto") -> SimResult:
+             events: str = "auto", lockstep: bool = True) -> SimResult:
     """Simulate `config` and write its run directory `out_dir/<run_id>` (real runs' schema;
-    `events`: one of EVENT_MODES)."""
+    `events`: one of EVENT_MODES; `lockstep` False: event by event even where the protocol
+    could be played an iteration at a time, for the tests that compare the two)."""
     started = time.time()
     run_dir = Path(out_dir) / config.run_id
-    engine = Engine(config, models)  # an algorithm it cannot play fails before any file exists
+    # An algorithm it cannot play fails here, before any file exists.
+    engine = Engine(config, models, lockstep=lockstep)
     _clear_previous(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(run_dir / "config.json", config.to_dict())

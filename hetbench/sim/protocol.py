@@ -13,10 +13,29 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 if TYPE_CHECKING:
     from hetbench.sim.engine import Engine
+
+
+@dataclass
+class Steps:
+    """One iteration of every worker, played at once (Protocol.step_all): worker w's step ends
+    at t_end[w] after waiting wait_s[w] (end_step's arguments, as arrays)."""
+
+    t_end: np.ndarray
+    wait_s: np.ndarray
+    #: The real step's StepInfo.peers: one per worker, or the same for all.
+    peers: np.ndarray | int
+    #: StepInfo.staleness: the same for every worker (None: not reported), or (full event
+    #: lines only) one per worker.
+    staleness: float | list | None = 0.0
+    #: Per worker, the event line's extra fields (only asked for with full event logs).
+    fields: list | None = None
 
 
 class Protocol:
@@ -24,6 +43,12 @@ class Protocol:
 
     #: Server processes beside the workers, always competing for the CPU (CPU sharing).
     servers = 0
+    #: Whether step_all plays this protocol: worker w's k-th step ends at a time that the
+    #: workers' k-th gradients alone decide, whatever order the events run in, so the engine
+    #: may play iteration k of every worker at once (Engine lockstep: numpy over workers
+    #: instead of a heap event per worker and step). The event path stays the reference:
+    #: both must give identical results (tests/unit/test_sim_lockstep.py).
+    lockstep = False
 
     def __init__(self, engine: Engine):
         self.eng = engine
@@ -37,6 +62,11 @@ class Protocol:
 
     def finish(self, w: int, t: float) -> None:
         self.eng.done(w)
+
+    def step_all(self, k: int, t_sync: np.ndarray, full: bool) -> Steps:
+        """Every worker's k-th step, their k-th gradients ready at t_sync (lockstep protocols);
+        `full`: the event lines are written, so fill Steps.fields."""
+        raise NotImplementedError
 
     def stats(self) -> dict:
         """Protocol counters for the summary (e.g. P-Reduce communicator cache hits)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
+import numpy as np
+
 from hetbench.errors import UserError
 
 
@@ -32,6 +34,14 @@ class Injector(ABC):
     @abstractmethod
     def factor(self, worker: int, iteration: int, elapsed_s: float) -> float:
         """Slowdown factor (>= 1) of `worker` at `iteration`, `elapsed_s` after training began."""
+
+    def factors(self, iteration: int, elapsed_s: np.ndarray) -> np.ndarray:
+        """factor() of every worker 0..n-1 at one iteration (elapsed_s[w]: worker w's time),
+        as float64: what bench sim's lockstep (an iteration of every worker at a time) draws.
+        Kinds with a cheaper vector form override it; it must equal factor() element by
+        element (tests/unit/test_slowdown.py holds every kind to that)."""
+        return np.array([self.factor(w, iteration, t) for w, t in enumerate(elapsed_s.tolist())],
+                        dtype=np.float64)
 
     def delay_s(self, worker: int, iteration: int, elapsed_s: float, compute_s: float) -> float:
         """Seconds to sleep: a factor k turns compute time c into k * c."""

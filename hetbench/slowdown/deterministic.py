@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from hetbench.errors import UserError
 from hetbench.slowdown.base import Injector, parse_factor
 
@@ -39,3 +41,8 @@ class DeterministicSlowdown(Injector):
 
     def factor(self, worker: int, iteration: int, elapsed_s: float) -> float:
         return self.slow_factor if worker in self.slow_workers else 1.0
+
+    def factors(self, iteration: int, elapsed_s: np.ndarray) -> np.ndarray:
+        out = np.ones(len(elapsed_s))
+        out[sorted(self.slow_workers)] = self.slow_factor
+        return out

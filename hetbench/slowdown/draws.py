@@ -118,8 +118,20 @@ class SlowBlocks:
         block = column // self.BLOCK
         slowed = self._blocks.get(block)
         if slowed is None:
-            columns = np.arange(block * self.BLOCK, (block + 1) * self.BLOCK)
-            draws = first_uniform(self.seed, np.arange(self.rows)[:, None], columns[None, :],
-                                  *self.salt)
-            slowed = self._blocks[block] = draws < self.probability
+            slowed = self._block(block)
         return bool(slowed[row, column - block * self.BLOCK])
+
+    def column(self, column: int) -> np.ndarray:
+        """Every row's cell of one column (bool, one per row)."""
+        block = column // self.BLOCK
+        slowed = self._blocks.get(block)
+        if slowed is None:
+            slowed = self._block(block)
+        return slowed[:, column - block * self.BLOCK]
+
+    def _block(self, block: int) -> np.ndarray:
+        columns = np.arange(block * self.BLOCK, (block + 1) * self.BLOCK)
+        draws = first_uniform(self.seed, np.arange(self.rows)[:, None], columns[None, :],
+                              *self.salt)
+        slowed = self._blocks[block] = draws < self.probability
+        return slowed

@@ -9,6 +9,8 @@ network model's bandwidth (hetbench/network/model.py), so these kinds need a [ne
 
 from __future__ import annotations
 
+import numpy as np
+
 from hetbench.slowdown.base import Injector
 from hetbench.slowdown.deterministic import DeterministicSlowdown
 from hetbench.slowdown.probabilistic import ProbabilisticSlowdown
@@ -25,6 +27,9 @@ class _NicOnly(Injector):
 
     def factor(self, worker: int, iteration: int, elapsed_s: float) -> float:
         return 1.0
+
+    def factors(self, iteration: int, elapsed_s: np.ndarray) -> np.ndarray:
+        return np.ones(len(elapsed_s))
 
 
 class NetSlowdown(_NicOnly, DeterministicSlowdown):

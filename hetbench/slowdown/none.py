@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from hetbench.errors import UserError
 from hetbench.slowdown.base import Injector
 
@@ -20,3 +22,6 @@ class NoSlowdown(Injector):
 
     def factor(self, worker: int, iteration: int, elapsed_s: float) -> float:
         return 1.0
+
+    def factors(self, iteration: int, elapsed_s: np.ndarray) -> np.ndarray:
+        return np.ones(len(elapsed_s))

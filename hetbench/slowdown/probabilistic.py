@@ -59,3 +59,9 @@ class ProbabilisticSlowdown(Injector):
 
     def factor(self, worker: int, iteration: int, elapsed_s: float) -> float:
         return self.slow_factor if self.slowed(worker, iteration) else 1.0
+
+    def factors(self, iteration: int, elapsed_s: np.ndarray) -> np.ndarray:
+        blocks = self._slowed
+        if blocks is None or blocks.rows != len(elapsed_s) or iteration < 0:
+            return super().factors(iteration, elapsed_s)
+        return np.where(blocks.column(iteration), self.slow_factor, 1.0)

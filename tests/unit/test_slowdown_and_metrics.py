@@ -47,6 +47,24 @@ def test_trace_slowdown_follows_time(tmp_path):
     assert injector.factor(0, 0, 3.5) == 1.0
 
 
+@pytest.mark.parametrize("spec", ["none", "prob:5", "prob:3@0.3", "det:4@0,5", "trace",
+                                  "net:5@1", "netprob:4@0.5"])
+def test_every_kinds_factors_equal_factor_worker_by_worker(tmp_path, spec):
+    if spec == "trace":
+        path = tmp_path / "t.csv"
+        path.write_text("2,0.5,1.5,3\n5,0.0,9.0,2\n")
+        spec = f"trace:{path}"
+    injector = parse_slowdown(spec, seed=4)
+    injector.validate(8)
+    elapsed = np.linspace(0.0, 2.0, 8)
+    for iteration in (0, 1, 63, 64, 130):
+        got = injector.factors(iteration, elapsed)
+        want = [injector.factor(w, iteration, t) for w, t in enumerate(elapsed.tolist())]
+        assert got.dtype == np.float64 and got.tolist() == want
+    if spec.startswith("prob"):  # over 130 iterations of 8 workers some are slowed
+        assert any(injector.factors(k, elapsed).max() > 1 for k in range(130))
+
+
 def test_slowdown_flag_keeps_det_worker_lists_together():
     assert split_list("none,det:5@0,3,prob:5", str, "--slowdown") == [
         "none", "det:5@0,3", "prob:5"]

@@ -11,13 +11,16 @@ group of the schedule below E meets in full and none beyond it is waited for.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+
+import numpy as np
 
 from hetbench.algorithms.prague.common import PragueBase, PragueOptions
 from hetbench.algorithms.prague.schedule import check_layout, static_group, static_groups
 from hetbench.core.options import opt
 from hetbench.errors import UserError
-from hetbench.sim.protocol import Meetings, Protocol
+from hetbench.sim.protocol import Meetings, Protocol, Steps
 
 #: Steps past the first stopper's that everyone still runs (> the 4-step dependency horizon).
 END_MARGIN = 8
@@ -132,6 +135,51 @@ class PragueStaticSim(Protocol):
             self.eng.end_step(w, self.eng.now, 0.0, fields, peers=0)
         else:
             self.meetings.join((step, group), group, w, self.eng.now, fields)
+
+    lockstep = True
+
+    def step_all(self, k, t_sync, full):
+        """Schedule step k of every worker (in training every worker's step is its iteration,
+        so a group's members are at the same iteration: staleness 0, as Meetings computes)."""
+        n, net = self.n, self.net
+        self.step = [k + 1] * n
+        groups = static_groups(k, n, self.config.workers_per_node)
+        t_end = t_sync.copy()  # a worker alone ends its step at once, waiting for nobody
+        wait_s = np.zeros(n)
+        peers = np.zeros(n, dtype=np.int64)
+        met = [g for g in groups if len(g) > 1]
+        if met:
+            members = np.fromiter(itertools.chain.from_iterable(met), dtype=np.int64)
+            sizes = np.array([len(g) for g in met])
+            bounds = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+            arrived = t_sync[members]
+            start = np.maximum.reduceat(arrived, bounds)
+            cost = {size: net.ring_allreduce(self.model_bytes, size, n)
+                    for size in set(sizes.tolist())}
+            setup = net.group_setup_s
+            caches = self.meetings.caches
+            ends = []
+            for group, begin in zip(met, start.tolist(), strict=True):
+                end = begin + cost[len(group)]
+                if caches.use(group):
+                    self.meetings.hits += 1
+                else:
+                    self.meetings.misses += 1
+                    end += setup
+                ends.append(end)
+            starts_each = np.repeat(start, sizes)
+            t_end[members] = np.repeat(ends, sizes)
+            wait_s[members] = starts_each - arrived
+            peers[members] = np.repeat(sizes - 1, sizes)
+        fields = staleness = None
+        if full:
+            fields = [None] * n
+            for group in groups:
+                entry = {"group": list(group), "gg_s": 0.0, "schedule_step": k}
+                for x in group:
+                    fields[x] = entry
+            staleness = [0.0 if p else None for p in peers.tolist()]
+        return Steps(t_end, wait_s, peers, 0.0 if staleness is None else staleness, fields)
 
     def met(self, w, end, wait_s, fields, peers, staleness):
         if fields is None:  # a step of finish()
