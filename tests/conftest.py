@@ -16,6 +16,15 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def layout_cache(tmp_path_factory):
+    """bench sim's layout cache (sim/model.py: LayoutCache) in a directory of this session,
+    not the user's ~/.cache; every bench the tests start inherits it."""
+    path = tmp_path_factory.mktemp("layout-cache")
+    os.environ["HETBENCH_CACHE_DIR"] = str(path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def bench_cmd():
     """The real `bench` console script of this environment."""
@@ -24,7 +33,7 @@ def bench_cmd():
 
 
 @pytest.fixture(scope="session")
-def cli_env():
+def cli_env(layout_cache):
     """The environment the CLI runs in (without CI); tests copy it to change it."""
     env = dict(os.environ)
     env.pop("CI", None)

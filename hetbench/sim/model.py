@@ -220,14 +220,87 @@ def layout(config: RunConfig) -> Layout:
 def _layout(workload: str, options_json: str, seed: int, bucket_mb: float) -> Layout:
     from hetbench.core.options import build_config
     from hetbench.core.registry import WORKLOADS
-    from hetbench.core.tensors import buckets, params_of
 
     cls = WORKLOADS.get(workload)
+    key = _layout_key(cls, workload, options_json, seed, bucket_mb)
+    cached = LayoutCache().get(key)
+    if cached is not None:
+        return cached
+    from hetbench.core.tensors import buckets, params_of
+
     model = cls(build_config(cls.Config, json.loads(options_json), workload), seed).build_model()
     params = params_of(model)
     groups = buckets(params, int(bucket_mb * 2**20))
     sizes = tuple(sum(p.numel() for p in group) * ELEMENT_BYTES for group in groups if group)
-    return Layout(sum(p.numel() for p in params), sizes)
+    built = Layout(sum(p.numel() for p in params), sizes)
+    LayoutCache().put(key, built)
+    return built
+
+
+def _layout_key(cls, workload: str, options_json: str, seed: int, bucket_mb: float) -> str:
+    """What a layout depends on: the workload and its options, the source of the module that
+    builds its model and of the bucketing, and the torch/torchvision versions."""
+    import hashlib
+    import inspect
+    from importlib import metadata
+
+    from hetbench.core import tensors
+
+    digest = hashlib.sha256()
+    for module in (inspect.getmodule(cls), tensors):
+        digest.update(Path(inspect.getfile(module)).read_bytes())
+    for package in ("torch", "torchvision"):
+        try:
+            digest.update(metadata.version(package).encode())
+        except metadata.PackageNotFoundError:
+            digest.update(b"-")
+    digest.update(json.dumps([workload, options_json, seed, bucket_mb]).encode())
+    return digest.hexdigest()
+
+
+class LayoutCache:
+    """Layouts built before, in HETBENCH_CACHE_DIR (else ~/.cache/hetbench)/layouts.json.
+
+    Building a model for its message sizes means importing torchvision and allocating the
+    model: about 1 s of every `bench sim` command's start-up, for numbers that only change
+    with the code or the versions in the key. A cache that cannot be read or written is
+    skipped (the layout is built); the newest MAX_ENTRIES are kept.
+    """
+
+    MAX_ENTRIES = 256
+
+    def __init__(self):
+        import os
+
+        root = os.environ.get("HETBENCH_CACHE_DIR") or Path.home() / ".cache" / "hetbench"
+        self.path = Path(root) / "layouts.json"
+
+    def _entries(self) -> dict:
+        try:
+            entries = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return entries if isinstance(entries, dict) else {}
+
+    def get(self, key: str) -> Layout | None:
+        entry = self._entries().get(key)
+        try:
+            return Layout(int(entry["numel"]), tuple(int(b) for b in entry["bucket_bytes"]))
+        except (TypeError, KeyError, ValueError):
+            return None
+
+    def put(self, key: str, built: Layout) -> None:
+        from hetbench.core.store import write_json_atomic
+
+        entries = self._entries()
+        entries.pop(key, None)
+        entries[key] = {"numel": built.numel, "bucket_bytes": list(built.bucket_bytes)}
+        entries = dict(list(entries.items())[-self.MAX_ENTRIES:])
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(self.path, entries)
+        except OSError:
+            pass  # a read-only home: build the layout each time
 
 
 @dataclass(frozen=True)

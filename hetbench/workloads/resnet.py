@@ -1,7 +1,10 @@
-"""torchvision ResNets on CIFAR-10: real parameter counts, so real message sizes."""
+"""torchvision ResNets on CIFAR-10: real parameter counts, so real message sizes.
 
-from torchvision import models
-from torchvision.models.resnet import Bottleneck, ResNet
+torchvision is imported where a model is built, not with this module: importing it costs about
+a second, and `bench sim` reads these workloads' layouts from its cache without a model.
+"""
+
+from __future__ import annotations
 
 from hetbench.workloads.cifar import CifarWorkload
 
@@ -11,6 +14,8 @@ class ResNet18(CifarWorkload):
     description = "torchvision ResNet-18 (11.7M params) on CIFAR-10 from data_dir, or synthetic"
 
     def build_model(self):
+        from torchvision import models
+
         return models.resnet18(num_classes=10)
 
 
@@ -19,6 +24,8 @@ class ResNet50(CifarWorkload):
     description = "torchvision ResNet-50 (23.5M params) on CIFAR-10 from data_dir, or synthetic"
 
     def build_model(self):
+        from torchvision import models
+
         return models.resnet50(num_classes=10)
 
 
@@ -27,7 +34,9 @@ class ResNet50(CifarWorkload):
 RESNET200_LAYERS = [3, 24, 36, 3]
 
 
-def resnet200(num_classes: int) -> ResNet:
+def resnet200(num_classes: int):
+    from torchvision.models.resnet import Bottleneck, ResNet
+
     return ResNet(Bottleneck, RESNET200_LAYERS, num_classes=num_classes)
 
 

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from torch import nn
-from torchvision import models
-from torchvision.models.vgg import VGG, cfgs, make_layers
 
 from hetbench.core.options import opt
 from hetbench.workloads.cifar import CifarOptions, CifarWorkload
@@ -38,8 +36,12 @@ class VGG16Options(CifarOptions):
             raise ValueError(f"width must be in (0, 1], got {self.width}")
 
 
-def vgg16(variant: str, width: float, num_classes: int) -> VGG:
+def vgg16(variant: str, width: float, num_classes: int) -> nn.Module:
     """VGG-16 (configuration D) in `variant`, each layer's width scaled by `width`."""
+    # Here, not at the top: importing torchvision costs about a second (see resnet.py).
+    from torchvision import models
+    from torchvision.models.vgg import VGG, cfgs, make_layers
+
     if variant == "torchvision" and width == 1:
         return models.vgg16(num_classes=num_classes)
     layout = [v if v == "M" else max(1, round(v * width)) for v in cfgs["D"]]

@@ -507,3 +507,34 @@ def test_ps_async_flights_overlap_only_the_servers_cpu_time_is_serial(tmp_path):
     model = layout(c).model_bytes
     step = 0.020 + 2 * net.alpha_s + (2 * model + 4) / net.beta_bytes_per_s
     assert summary["throughput"] == pytest.approx(16 * 32 / step, rel=1e-3)
+
+
+LAYOUT_PROBE = """
+import json, sys
+from hetbench.core.config import RunConfig
+from hetbench.sim.model import layout
+c = RunConfig(algorithm="allreduce", workload="resnet18", workers=4, slowdown="none",
+              iterations=10, workload_options={"synthetic": True, "compute": "emulated"})
+got = layout(c)
+print(json.dumps([got.numel, list(got.bucket_bytes), "torchvision" in sys.modules]))
+"""
+
+
+def test_a_layout_built_once_is_read_from_the_cache_without_torchvision(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HETBENCH_CACHE_DIR": str(tmp_path)}
+
+    def probe():
+        out = subprocess.run([sys.executable, "-c", LAYOUT_PROBE], env=env, check=True,
+                             capture_output=True, text=True, timeout=120).stdout
+        return json.loads(out)
+
+    numel, buckets, imported = probe()
+    assert imported and numel == 11_181_642 and sum(buckets) == numel * 4
+    assert probe() == [numel, buckets, False]  # read back: no model, no torchvision
+    (tmp_path / "layouts.json").write_text("{not json")
+    assert probe() == [numel, buckets, True]  # an unreadable cache: built again
+    assert probe() == [numel, buckets, False]
