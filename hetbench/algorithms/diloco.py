@@ -104,5 +104,10 @@ class DiLoCoSim(LocalSGDSim):
             self.outer_steps += 1  # w completes the round: the outer step happens
         super().ready(w)
 
+    def step_all(self, k, t_sync, full):
+        if (k + 1) % self.period == 0:
+            self.outer_steps += 1
+        return super().step_all(k, t_sync, full)
+
     def stats(self):
         return {"outer_steps": self.outer_steps}

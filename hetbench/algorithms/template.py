@@ -40,13 +40,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.options import opt
 from hetbench.core.tensors import flat_params, set_flat_params
 from hetbench.errors import UserError
-from hetbench.sim.protocol import Protocol
+from hetbench.sim.protocol import Protocol, Steps
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,3 +112,12 @@ class LocalSGDSim(Protocol):
             self.eng.end_step(x, end, start - self.eng.t_sync[x], peers=self.n - 1,
                               staleness=0.0)
         self.arrived = []
+
+    lockstep = True
+
+    def step_all(self, k, t_sync, full):
+        if (k + 1) % self.period:  # a local step: over when its gradient is ready
+            return Steps(t_sync.copy(), np.zeros(self.n), 0, staleness=None)
+        start = float(t_sync.max())
+        end = self.net.ring(range(self.n), self.model_bytes, start, self.n)
+        return Steps(np.full(self.n, end), start - t_sync, self.n - 1)

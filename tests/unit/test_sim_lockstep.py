@@ -54,6 +54,7 @@ CASES = [
     ("dpsgd", {"topology": "torus"}), ("dpsgd", {"topology": "exponential"}),
     ("dpsgd", {"topology": "one-peer-exponential"}), ("sgp", {"peers": 2}),
     ("prague-static", {"workers_per_node": 4, "cache_size": 2}),
+    ("local-sgd", {"period": 4}), ("diloco", {"inner_steps": 3}),
 ]
 
 
