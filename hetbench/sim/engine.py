@@ -56,6 +56,14 @@ class Engine:
         self._draw = models.compute.sampler(config)
         self._compute_s = [self.compute_s] * self.n
         self.injector = config.injector()
+        self._factor = self.injector.factor
+        #: Iteration -> every worker's slowdown factor (array('d')), for injectors whose
+        #: factor does not depend on time: one numpy column per iteration, not a call per
+        #: worker-iteration (a fifth of the event path's time).
+        self._factor_columns: dict[int, array] | None = {} if self.injector.time_free else None
+        #: The budget: iterations and wall seconds, each unbounded when not set.
+        self._max_iterations = math.inf if config.iterations is None else config.iterations
+        self._max_seconds = math.inf if config.seconds is None else config.seconds
         self.sink = sink
         self.now = 0.0
         self._heap: list = []
@@ -146,9 +154,7 @@ class Engine:
 
     # -- the worker loop ---------------------------------------------------------------------
     def _budget_spent(self, w: int, t: float) -> bool:
-        c = self.config
-        return ((c.iterations is not None and self.iteration[w] >= c.iterations)
-                or (c.seconds is not None and t >= c.seconds))
+        return self.iteration[w] >= self._max_iterations or t >= self._max_seconds
 
     def begin(self, w: int, t: float) -> None:
         """Top of worker w's loop at time t: stop, or compute its next gradient."""
@@ -162,21 +168,41 @@ class Engine:
                     self.at(done, self.protocol.finish if stop else self._compute, x, done)
                 self._agreeing = []
             return
-        if self._budget_spent(w, t):
+        if self.iteration[w] >= self._max_iterations or t >= self._max_seconds:
             self.protocol.finish(w, t)
         else:
             self._compute(w, t)
 
     def _compute(self, w: int, t: float) -> None:
-        k = self.iteration[w]
         compute = self.compute_s if self._draw is None else self._draw(w)
-        slow = (self.injector.factor(w, k, t) - 1.0) * compute
+        k = self.iteration[w]
+        columns = self._factor_columns
+        if columns is None:
+            factor = self._factor(w, k, t)
+        else:
+            column = columns.get(k)
+            if column is None:
+                column = self._factor_column(k)
+            factor = column[w]
+        slow = (factor - 1.0) * compute
         self.t_start[w] = t
         self._compute_s[w] = compute
         self._slowdown[w] = slow
         t_sync = t + compute + slow
         self.t_sync[w] = t_sync
-        self.at(t_sync, self._ready, w)
+        heapq.heappush(self._heap, (t_sync, next(self._seq), self._ready, (w,)))
+
+    #: Factor columns kept before the oldest ones that no worker can still need are dropped.
+    KEPT_COLUMNS = 256
+
+    def _factor_column(self, k: int) -> array:
+        columns = self._factor_columns
+        if len(columns) >= self.KEPT_COLUMNS:
+            oldest = min(self.iteration)
+            for stale in [i for i in columns if i < oldest]:
+                del columns[stale]
+        column = columns[k] = array("d", self.injector.factors(k, np.zeros(self.n)).tobytes())
+        return column
 
     def _ready(self, w: int) -> None:
         self.active += 1
@@ -188,8 +214,8 @@ class Engine:
         """Worker w's step ends at t_end (>= now) after waiting wait_s for peers; `peers`,
         `staleness` and `discarded` are the real step's StepInfo fields."""
         if t_end > self.now:
-            self.at(t_end, self._end, w, t_end, wait_s, fields, next_iteration, peers,
-                    staleness, discarded)
+            heapq.heappush(self._heap, (t_end, next(self._seq), self._end, (
+                w, t_end, wait_s, fields, next_iteration, peers, staleness, discarded)))
         else:
             self._end(w, t_end, wait_s, fields, next_iteration, peers, staleness, discarded)
 
@@ -269,51 +295,52 @@ class EventSink:
         self.samples = config.workload_options["batch_size"]
         self._buffers: dict[int, list[str]] = {}
         n = config.workers
-        #: Per rank, one entry per event: start and end (ns), samples.
-        self.starts = [array("q") for _ in range(n)]
-        self.ends = [array("q") for _ in range(n)]
-        self.counted = [array("l") for _ in range(n)]
-        #: Per rank: compute, slowdown, comm and wait seconds of each event (summed exactly).
-        self.times = [[array("d") for _ in range(4)] for _ in range(n)]
+        #: Per rank, six doubles per event: t_start, t_end, compute, slowdown, comm and wait
+        #: seconds (one extend per event; settle() derives the arrays below from them).
+        self.records = [array("d") for _ in range(n)]
+        #: Per rank, the indices of its events whose gradient was dropped (no samples).
+        self.dropped_at: dict[int, list[int]] = {}
+        #: Derived by settle(), per rank, one entry per event: start and end (ns), samples;
+        #: compute, slowdown, comm and wait seconds (summed exactly).
+        self.starts: list[array] = []
+        self.ends: list[array] = []
+        self.counted: list[array] = []
+        self.times: list[list[array]] = []
         self.last_iteration: list[int | None] = [None] * n
         self.sync = SyncTally()
         self.discarded = 0
-        #: Lockstep iterations not yet moved into the per-rank arrays: (t_start, t_end,
-        #: compute, slowdown, comm, wait), one array over the workers each (settle()).
+        #: Lockstep iterations not yet moved into the records: (t_start, t_end, compute,
+        #: slowdown, comm, wait), one array over the workers each (settle()).
         self._columns: list[tuple[np.ndarray, ...]] = []
+        #: How many record values the derived arrays were last derived from.
+        self._settled = -1
 
     def add(self, rank: int, iteration: int, t_start: float, t_end: float, compute_s: float,
             slowdown_s: float, comm_s: float, wait_s: float, fields: dict | str | None,
             peers: int | None = None, staleness: float | None = None,
             discarded: bool = False) -> None:
-        samples = self.samples
+        record = self.records[rank]
         if discarded:  # as the real worker logs a dropped gradient (StepInfo.discarded)
-            samples = 0
             self.discarded += 1
+            self.dropped_at.setdefault(rank, []).append(len(record) // 6)
         if peers is not None:
             self.sync.add(peers, staleness)
-        start_ns, end_ns = round(t_start * 1e9), round(t_end * 1e9)
-        self.starts[rank].append(start_ns)
-        self.ends[rank].append(end_ns)
-        self.counted[rank].append(samples)
-        times = self.times[rank]
-        times[0].append(compute_s)
-        times[1].append(slowdown_s)
-        times[2].append(comm_s)
-        times[3].append(wait_s)
+        record.extend((t_start, t_end, compute_s, slowdown_s, comm_s, wait_s))
         self.last_iteration[rank] = iteration
         if not self.full:
             return
         extra = fields if isinstance(fields, str) else encode_fields(fields)
+        samples = self.samples
         if discarded:
+            samples = 0
             extra = f',"samples_discarded":{self.samples}' + extra
         if peers is not None:
             sync = f',"peers":{peers}'
             if staleness is not None:
                 sync += f',"staleness":{float(staleness)!r}'
             extra = sync + extra
-        line = (f'{self.prefix}{rank},"iteration":{iteration},"t_start":{start_ns},'
-                f'"t_end":{end_ns},"compute_s":{compute_s!r},'
+        line = (f'{self.prefix}{rank},"iteration":{iteration},"t_start":{round(t_start * 1e9)},'
+                f'"t_end":{round(t_end * 1e9)},"compute_s":{compute_s!r},'
                 f'"slowdown_s":{slowdown_s!r},"comm_s":{comm_s!r},"wait_s":{wait_s!r},'
                 f'"samples":{samples},"loss":NaN,"snapshot_s":0.0{extra}}}\n')
         buffer = self._buffers.get(rank)
@@ -328,7 +355,7 @@ class EventSink:
                 wait_s: np.ndarray, steps) -> None:
         """add() for every worker's step of one lockstep iteration (Steps: peers, staleness,
         fields), in rank order. Without event lines the columns are kept as arrays and moved
-        into the per-rank arrays once (settle), not one Python call per worker-iteration."""
+        into the records once (settle), not one Python call per worker-iteration."""
         n = len(t_start)
         peers = steps.peers
         if self.full:
@@ -348,23 +375,27 @@ class EventSink:
         self.last_iteration = [iteration] * n
 
     def settle(self) -> None:
-        """Move the kept lockstep columns into the per-rank arrays (times in ns rounded as
-        add() rounds them: half to even)."""
-        if not self._columns:
+        """Move kept lockstep columns into the records, then derive the per-rank arrays from
+        the records (times in ns rounded as add()'s lines round them: half to even)."""
+        settled = sum(len(r) for r in self.records) + 6 * len(self._columns) * len(self.records)
+        if settled == self._settled:
             return
-        n = len(self._columns[0][0])
-        iterations = len(self._columns)
-        starts, ends, *times = (np.stack(c, axis=1) for c in zip(*self._columns, strict=True))
-        self._columns = []
-        starts = np.rint(starts * 1e9).astype(np.int64)
-        ends = np.rint(ends * 1e9).astype(np.int64)
-        counted = np.full(iterations, self.samples, dtype=np.int_).tobytes()
-        for rank in range(n):
-            self.starts[rank].frombytes(starts[rank].tobytes())
-            self.ends[rank].frombytes(ends[rank].tobytes())
-            self.counted[rank].frombytes(counted)
-            for column, values in zip(self.times[rank], times, strict=True):
-                column.frombytes(values[rank].tobytes())
+        self._settled = settled
+        if self._columns:
+            stacked = np.stack([np.stack(c, axis=1) for c in self._columns], axis=1)
+            self._columns = []
+            for record, rows in zip(self.records, stacked, strict=True):  # rows: (events, 6)
+                record.frombytes(rows.tobytes())
+        self.starts, self.ends, self.counted, self.times = [], [], [], []
+        for rank, record in enumerate(self.records):
+            events = np.frombuffer(record, dtype=np.float64).reshape(-1, 6)
+            self.starts.append(array("q", np.rint(events[:, 0] * 1e9).astype(np.int64).tobytes()))
+            self.ends.append(array("q", np.rint(events[:, 1] * 1e9).astype(np.int64).tobytes()))
+            counted = np.full(len(events), self.samples, dtype=np.int_)
+            counted[self.dropped_at.get(rank, [])] = 0
+            self.counted.append(array("l", counted.tobytes()))
+            self.times.append([array("d", np.ascontiguousarray(events[:, i]).tobytes())
+                               for i in range(2, 6)])
 
     def _flush(self, rank: int) -> None:
         lines = self._buffers.pop(rank, [])
@@ -382,6 +413,7 @@ class EventSink:
     def per_worker(self) -> list[dict[str, Any]]:
         """One record per worker: its iterations, first start and last end (ns), samples and
         summed times (what a report needs when there are no event lines)."""
+        self.settle()
         records = []
         for rank, (starts, ends) in enumerate(zip(self.starts, self.ends, strict=True)):
             records.append({
@@ -399,6 +431,7 @@ class EventSink:
     def summary(self, config: RunConfig) -> dict[str, Any]:
         """What launcher.summarize would compute from the files written (a test holds them
         equal), with the harness's own throughput arithmetic over the arrays kept."""
+        self.settle()
         counts = [len(starts) for starts in self.starts]
         starts = [s[0] for s in self.starts if s]
         ends = [max(e) for e in self.ends if e]

@@ -21,6 +21,10 @@ class Injector(ABC):
     description: ClassVar[str]
     #: Whether the kind slows NICs (it needs a network model) rather than compute.
     network_kind: ClassVar[bool] = False
+    #: Whether factor() ignores elapsed_s (a worker's factor at an iteration is fixed
+    #: beforehand): bench sim then reads every worker's factor of an iteration from one
+    #: factors() column instead of calling factor() per worker-iteration.
+    time_free: ClassVar[bool] = False
     #: nic_factor(rank, t_s): the divisor of a rank's NIC bandwidth at cluster time t_s, for
     #: the network kinds (slowdown/network.py); None: every NIC at full speed.
     nic_factor = None

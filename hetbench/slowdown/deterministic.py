@@ -9,6 +9,7 @@ from hetbench.slowdown.base import Injector, parse_factor
 
 
 class DeterministicSlowdown(Injector):
+    time_free = True
     kind = "det"
     syntax = "det:K@R1,R2"
     description = "workers R1, R2, ... always K times slower"

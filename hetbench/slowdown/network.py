@@ -22,6 +22,7 @@ NETPROB_WINDOW_S = 1.0
 
 class _NicOnly(Injector):
     """Compute is never slowed; nic_factor says how much a NIC is."""
+    time_free = True
 
     network_kind = True
 

@@ -9,6 +9,7 @@ from hetbench.slowdown.base import Injector
 
 
 class NoSlowdown(Injector):
+    time_free = True
     spec = "none"
     kind = "none"
     syntax = "none"

@@ -10,6 +10,7 @@ from hetbench.slowdown.draws import SlowBlocks
 
 
 class ProbabilisticSlowdown(Injector):
+    time_free = True
     kind = "prob"
     syntax = "prob:K[@P]"
     description = "each worker each iteration slowed K times with probability P (1/workers)"

@@ -61,6 +61,9 @@ def test_every_kinds_factors_equal_factor_worker_by_worker(tmp_path, spec):
         got = injector.factors(iteration, elapsed)
         want = [injector.factor(w, iteration, t) for w, t in enumerate(elapsed.tolist())]
         assert got.dtype == np.float64 and got.tolist() == want
+    if injector.time_free:  # bench sim reads one column per iteration for these
+        later = injector.factors(7, elapsed + 100.0).tolist()
+        assert later == injector.factors(7, np.zeros(8)).tolist()
     if spec.startswith("prob"):  # over 130 iterations of 8 workers some are slowed
         assert any(injector.factors(k, elapsed).max() > 1 for k in range(130))
 
