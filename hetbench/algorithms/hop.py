@@ -335,9 +335,19 @@ class HopSim(Protocol):
     # -- messages ----------------------------------------------------------------------------
     def _send(self, w: int, kind: int, lo: int, hi: int, entered: int) -> None:
         now, active = self.eng.now, self.eng.active
+        if self.net.cluster is None:
+            # Every copy lands at the same instant: one event delivers them in turn, as the
+            # heap would have run their consecutive events (nothing can come between them).
+            arrive = self.net.message_to(w, w, self.msg_bytes, now, active)
+            self.eng.at(arrive, self._deliver_all, w, kind, lo, hi, entered)
+            return
         for j in self.graph[w]:
             arrive = self.net.message_to(w, j, self.msg_bytes, now, active)
             self.eng.at(arrive, self._deliver, w, j, kind, lo, hi, entered)
+
+    def _deliver_all(self, src, kind, lo, hi, entered):
+        for dst in self.graph[src]:
+            self._deliver(src, dst, kind, lo, hi, entered)
 
     def _deliver(self, src, dst, kind, lo, hi, entered):
         if kind is None:  # DONE
@@ -379,7 +389,8 @@ class HopSim(Protocol):
             else:
                 self.blocked[w] = ("updates", k, self.eng.now)
             return
-        used = {str(j): q[-1].hi for j, q in self.queues[w].items() if q}
+        # Keys are ints here: the event line's JSON writes them as the real step's strings.
+        used = {j: q[-1].hi for j, q in self.queues[w].items() if q}
         self._drop_before(w, target)
         fields = {"used": used, "skipped": target - k - 1, "skip_to": target,
                   "skip_ns": round(self.eng.now * 1e9)}
@@ -391,7 +402,7 @@ class HopSim(Protocol):
         for j in self.graph[w]:
             hi = self._usable(w, j, k)
             if hi is not None:
-                used[str(j)] = min(hi, k)
+                used[j] = min(hi, k)
         self._drop_before(w, k + 1)
         self._tokens(w, k, k + 1, wait_s, {"used": used})
 

@@ -233,6 +233,11 @@ class Engine:
         self.iteration[w] = k + 1 if next_iteration is None else next_iteration
         self.begin(w, t_end)
 
+    @property
+    def full_events(self) -> bool:
+        """Whether event lines are written (protocols skip formatting fields otherwise)."""
+        return self.sink is None or self.sink.full
+
     def done(self, w: int) -> None:
         """Worker w has finished (its finish() returned)."""
         self.finished[w] = True

@@ -183,7 +183,8 @@ def test_summary_equals_the_harness_summary_of_the_files_written(tmp_path):
     assert json.loads((result.run_dir / "env.json").read_text())["simulated"] is True
 
 
-@pytest.mark.parametrize("algorithm", ["hop", "allreduce-backup", "prague-random"])
+@pytest.mark.parametrize("algorithm", ["hop", "allreduce-backup", "prague-random", "prague-smart",
+                                       "adpsgd", "ps-async", "osgp", "allreduce", "dpsgd"])
 def test_per_worker_records_give_the_summary_of_the_event_lines(tmp_path, algorithm):
     c = config(algorithm, slowdown="prob:5", workers=6, iterations=40)
     full = simulate(c, MODELS, tmp_path / "full", events="full")

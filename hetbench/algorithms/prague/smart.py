@@ -161,6 +161,9 @@ class PragueGeneratedSim(Protocol):
 
     def ready(self, w):
         group, reply = self._ask(w)
+        if not self.eng.full_events:  # no event lines: no fields to format ("" is not None)
+            self.meetings.join(group.id, group.members, w, reply, "")
+            return
         fields = self._fields.get(group.id)
         if fields is None:
             # What encode_fields would give, formatted directly: at 1024 workers this runs half
