@@ -69,6 +69,10 @@ class Exchange:
         self.time_varying = config is None or config.topology in topologies.TIME_VARYING
         if self.time_varying:
             topologies.exponential_offsets(workers, 0, peers)  # checks size and peers
+            #: Phase (k modulo the graph's rounds) -> every rank's (send to, receive from):
+            #: a simulated OSGP asks about 4 times per worker-iteration.
+            self._rounds = topologies.one_peer_rounds(workers)
+            self._tables: dict[int, list] = {}
             return
         graph = gossip_graph(config, workers, algorithm)
         self.graph = graph
@@ -88,9 +92,15 @@ class Exchange:
         if not self.time_varying:
             peers = self.graph[rank]
             return peers, peers
-        n = self.n
-        offsets = topologies.exponential_offsets(n, k, self.peers)
-        return tuple((rank + d) % n for d in offsets), tuple((rank - d) % n for d in offsets)
+        phase = k % self._rounds
+        table = self._tables.get(phase)
+        if table is None:
+            n = self.n
+            offsets = topologies.exponential_offsets(n, phase, self.peers)
+            table = self._tables[phase] = [
+                (tuple((r + d) % n for d in offsets), tuple((r - d) % n for d in offsets))
+                for r in range(n)]
+        return table[rank]
 
 
 @torch.no_grad()
