@@ -138,7 +138,8 @@ def test_prague_static_groups_come_from_the_schedule(tmp_path):
 
 
 def test_adpsgd_peers_are_the_real_workers_draws(tmp_path):
-    c = config("adpsgd", workers=6)
+    # 600 iterations: over two of the simulator's batches of draws (DRAWS_AT_ONCE).
+    c = config("adpsgd", workers=6, iterations=600)
     logs = events(simulate(c, MODELS, tmp_path).run_dir, 6)
     graph = topologies.bipartite(topologies.ring(6))
     for w in (0, 2, 4):
@@ -146,6 +147,17 @@ def test_adpsgd_peers_are_the_real_workers_draws(tmp_path):
         expected = [int(graph[w][rng.integers(len(graph[w]))]) for _ in logs[w]]
         assert [e["peer"] for e in logs[w]] == expected
     assert sum(e["served"] for w in (1, 3, 5) for e in logs[w]) > 0
+
+
+@pytest.mark.parametrize("choices", [1, 2, 3, 5, 7, 1000, 2**33])
+def test_an_array_of_bounded_draws_is_the_single_draws_in_turn(choices):
+    # What ADPSGDSim's batched peer draws rely on (numpy's bounded integers: one 32- or
+    # 64-bit stream whether drawn one at a time or as an array).
+    single = np.random.default_rng([5, 2, 17])
+    batched = np.random.default_rng([5, 2, 17])
+    one_by_one = [int(single.integers(choices)) for _ in range(700)]
+    assert batched.integers(choices, size=300).tolist() + \
+        batched.integers(choices, size=400).tolist() == one_by_one
 
 
 @pytest.mark.parametrize("algorithm", ["ps-sync", "ps-async", "dpsgd", "prague-random"])
