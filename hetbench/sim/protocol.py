@@ -100,13 +100,16 @@ class MemberCaches:
         key = members
         if len(members) > self.NUMBERED_FROM:
             key = self._numbers.setdefault(members, len(self._numbers))
-        hit = all(key in caches[x] for x in members)
-        for x in members:
+        hit = True
+        for x in members:  # each member's cache is its own: check, then update it
             cache = caches[x]
-            cache[key] = True
-            cache.move_to_end(key)
-            if len(cache) > self.cache_size:
-                cache.popitem(last=False)
+            if key in cache:
+                cache.move_to_end(key)
+            else:
+                hit = False
+                cache[key] = True
+                if len(cache) > self.cache_size:
+                    cache.popitem(last=False)
         return hit
 
 
@@ -159,6 +162,10 @@ def iteration_gaps(iteration: list[int], members: tuple[int, ...]) -> dict[int, 
     """Each member's summed |iteration gap| to the other members, exactly (integers), in
     O(g log g): sorted iterations and prefix sums. (Summing over the others for each member
     was O(g^2): a static schedule's inter-node group at 16,384 workers has 4,096 members.)"""
+    if len(members) == 2:  # the commonest group (P-Reduce pairs)
+        a, b = members
+        gap = abs(iteration[a] - iteration[b])
+        return {a: gap, b: gap}
     if len(members) <= 8:
         return {x: sum(abs(iteration[o] - iteration[x]) for o in members) for x in members}
     values = sorted(iteration[x] for x in members)

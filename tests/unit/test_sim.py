@@ -551,3 +551,31 @@ def test_a_layout_built_once_is_read_from_the_cache_without_torchvision(tmp_path
     (tmp_path / "layouts.json").write_text("{not json")
     assert probe() == [numel, buckets, True]  # an unreadable cache: built again
     assert probe() == [numel, buckets, False]
+
+
+def test_member_caches_are_an_lru_per_worker_and_a_hit_needs_every_member():
+    from collections import OrderedDict
+
+    from hetbench.sim.protocol import MemberCaches, iteration_gaps
+
+    rng = np.random.default_rng(3)
+    # 24 workers, groups of 2-4 and of 20 (past NUMBERED_FROM: cached under a number).
+    caches, reference = MemberCaches(24, cache_size=3), [OrderedDict() for _ in range(24)]
+    hits = 0
+    for _ in range(2000):
+        size = int(rng.choice([2, 2, 3, 4, 20]))
+        pool = 6 if size < 20 else 21  # few workers: repeated sets, so hits and evictions
+        members = tuple(sorted(rng.choice(pool, size=size, replace=False).tolist()))
+        want = all(members in reference[x] for x in members)
+        for x in members:  # the plain LRU: insert or refresh, then evict the oldest
+            reference[x][members] = True
+            reference[x].move_to_end(members)
+            if len(reference[x]) > 3:
+                reference[x].popitem(last=False)
+        assert caches.use(members) == want
+        hits += want
+    assert 0 < hits < 2000
+    iteration = rng.integers(0, 9, size=12).tolist()
+    for members in [(0, 5), (1, 2, 3), tuple(range(12))]:
+        assert iteration_gaps(iteration, members) == {
+            x: sum(abs(iteration[o] - iteration[x]) for o in members) for x in members}
