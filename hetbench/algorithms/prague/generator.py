@@ -119,10 +119,12 @@ class GroupGenerator:
         self.done: set[int] = set()
         self.generated = 0
         self._rng = random.Random(seed)
-        # arrival_order's timing, kept only when requests come with a time: the group each
-        # worker last took, each open group and who has taken it when, when each group was
-        # complete (its last member asked), and the latest "work" samples (from a group's
-        # completion to a member's next request: the P-Reduce plus the next step's compute).
+        # arrival_order's timing, kept only under arrival_order when requests come with a time
+        # (nothing else reads it: keeping it cost every request about a tenth of a simulated
+        # prague-smart step): the group each worker last took, each open group and who has
+        # taken it when, when each group was complete (its last member asked), and the latest
+        # "work" samples (from a group's completion to a member's next request: the P-Reduce
+        # plus the next step's compute).
         self._now: float | None = None
         self._current: list[int | None] = [None] * workers
         self._open: dict[int, tuple[Group, dict[int, float]]] = {}
@@ -142,11 +144,12 @@ class GroupGenerator:
         if worker in self.done:
             return self._take(worker) if self.buffers[worker] else None
         self.counts[worker] += 1
-        previous = self._current[worker]
-        if now is not None and previous in self._completed:
-            work = now - self._completed[previous]
-            self._work[worker].append(work)
-            self._work_all.append(work)
+        if now is not None and self.arrival_order:
+            previous = self._current[worker]
+            if previous in self._completed:
+                work = now - self._completed[previous]
+                self._work[worker].append(work)
+                self._work_all.append(work)
         if not self.buffers[worker]:
             self._generate(worker)
         return self._take(worker)
@@ -154,10 +157,13 @@ class GroupGenerator:
     def _take(self, worker: int) -> Group:
         """Pop the worker's next group, noting (with a time) when each member took it."""
         group = self.buffers[worker].popleft()
-        if self._now is None:
+        if self._now is None or not self.arrival_order:
             return group
         self._current[worker] = group.id
-        _, taken = self._open.setdefault(group.id, (group, {}))
+        entry = self._open.get(group.id)
+        if entry is None:
+            entry = self._open[group.id] = (group, {})
+        taken = entry[1]
         taken[worker] = self._now
         if len(taken) == len(group.members):
             self._completed[group.id] = max(taken.values())
