@@ -361,10 +361,6 @@ class HopSim(Protocol):
             self._unblock(dst)
 
     # -- py's rules, on this worker's state ----------------------------------------------
-    def _usable(self, w, j, k):
-        entry = newest_usable(self.queues[w][j], k, self.s)
-        return None if entry is None else entry.hi
-
     def _updates_ready(self, w, k):
         return updates_ready(self.queues[w], self.done_peers[w], k, self.b, self.s)
 
@@ -399,23 +395,26 @@ class HopSim(Protocol):
 
     def _mixed(self, w, k, wait_s):
         used = {}
+        queues, s = self.queues[w], self.s
         for j in self.graph[w]:
-            hi = self._usable(w, j, k)
-            if hi is not None:
-                used[j] = min(hi, k)
+            entry = newest_usable(queues[j], k, s)
+            if entry is not None:
+                used[j] = min(entry.hi, k)
         self._drop_before(w, k + 1)
         self._tokens(w, k, k + 1, wait_s, {"used": used})
 
     def _tokens(self, w, k, following, wait_s, fields):
         """Wait for the tokens of `following`, then end w's step k. Its peers and staleness
         are the real step's: the neighbours' updates used, and their mean distance from k."""
-        used = fields["used"].values()
-        sync = {"peers": len(used),
-                "staleness": sum(abs(k - it) for it in used) / len(used) if used else None}
+        used = fields["used"]
+        peers = len(used)
+        staleness = sum([abs(k - it) for it in used.values()]) / peers if peers else None
         if self._tokens_ready(w, following):
-            self.eng.end_step(w, self.eng.now, wait_s, fields, following, **sync)
+            self.eng.end_step(w, self.eng.now, wait_s, fields, following, peers=peers,
+                              staleness=staleness)
         else:
-            self.blocked[w] = ("tokens", following, self.eng.now, wait_s, fields, sync)
+            self.blocked[w] = ("tokens", following, self.eng.now, wait_s, fields, peers,
+                               staleness)
 
     def _unblock(self, w):
         state = self.blocked[w]
@@ -426,10 +425,11 @@ class HopSim(Protocol):
                 self.blocked[w] = None
                 self._mixed(w, k, now - since)
         else:
-            _, following, since, wait_s, fields, sync = state
+            _, following, since, wait_s, fields, peers, staleness = state
             if self._tokens_ready(w, following):
                 self.blocked[w] = None
-                self.eng.end_step(w, now, wait_s + now - since, fields, following, **sync)
+                self.eng.end_step(w, now, wait_s + now - since, fields, following, peers=peers,
+                                  staleness=staleness)
 
     def finish(self, w, t):
         self.stopped[w] = True
