@@ -67,8 +67,10 @@ class Engine:
         self._max_seconds = math.inf if config.seconds is None else config.seconds
         self.sink = sink
         self.now = 0.0
-        self._heap: list = []
-        self._seq = itertools.count()
+        #: Pending events: the distinct times (a heap) and, per time, its callbacks in the
+        #: order they were scheduled (see at()).
+        self._times: list[float] = []
+        self._at: dict[float, list] = {}
         self.iteration = [0] * self.n
         self.t_start = [0.0] * self.n
         #: When each worker's current gradient was ready (compute + slowdown over).
@@ -87,8 +89,20 @@ class Engine:
 
     # -- the event loop ----------------------------------------------------------------------
     def at(self, t: float, fn: Callable, *args) -> None:
-        """Call fn(*args) at simulated time t (never before now)."""
-        heapq.heappush(self._heap, (t, next(self._seq), fn, args))
+        """Call fn(*args) at simulated time t (never before now); callbacks of the same time
+        run in the order they were scheduled, those scheduled while it runs included.
+
+        The heap holds each distinct time once, its callbacks a list: workers of equal
+        compute reach their gradients, messages and meetings at the same instants, so at
+        16,384 workers thousands of events share a time, and a heap of (t, seq, ...) tuples
+        broke every tie by comparing both fields (its pops were the event path's largest
+        single cost)."""
+        events = self._at.get(t)
+        if events is None:
+            self._at[t] = [(fn, args)]
+            heapq.heappush(self._times, t)
+        else:
+            events.append((fn, args))
 
     def run(self) -> None:
         """Play the run to the end; RuntimeError if the protocol leaves workers waiting forever.
@@ -113,11 +127,15 @@ class Engine:
                 gc.enable()
 
     def _drain_heap(self) -> None:
-        heap = self._heap
-        while heap:
-            t, _, fn, args = heapq.heappop(heap)
+        times, at, pop = self._times, self._at, heapq.heappop
+        while times:
+            t = pop(times)
             self.now = t
-            fn(*args)
+            # A list iterator also yields what is appended meanwhile: callbacks that schedule
+            # more at this same time (end_step at now goes through _end directly, not here).
+            for fn, args in at[t]:
+                fn(*args)
+            del at[t]
         stuck = [w for w in range(self.n) if not self.finished[w]]
         if stuck:
             raise RuntimeError(
@@ -204,7 +222,7 @@ class Engine:
         self._slowdown[w] = slow
         t_sync = t + compute + slow
         self.t_sync[w] = t_sync
-        heapq.heappush(self._heap, (t_sync, next(self._seq), self._ready, (w,)))
+        self.at(t_sync, self._ready, w)
 
     #: Factor columns kept before the oldest ones that no worker can still need are dropped.
     KEPT_COLUMNS = 256
@@ -228,8 +246,8 @@ class Engine:
         """Worker w's step ends at t_end (>= now) after waiting wait_s for peers; `peers`,
         `staleness` and `discarded` are the real step's StepInfo fields."""
         if t_end > self.now:
-            heapq.heappush(self._heap, (t_end, next(self._seq), self._end, (
-                w, t_end, wait_s, fields, next_iteration, peers, staleness, discarded)))
+            self.at(t_end, self._end, w, t_end, wait_s, fields, next_iteration, peers,
+                    staleness, discarded)
         else:
             self._end(w, t_end, wait_s, fields, next_iteration, peers, staleness, discarded)
 
