@@ -71,9 +71,11 @@ class Exchange:
             topologies.exponential_offsets(workers, 0, peers)  # checks size and peers
             #: Phase (k modulo the graph's rounds) -> every rank's (send to, receive from):
             #: a simulated OSGP asks about 4 times per worker-iteration.
-            self._rounds = topologies.one_peer_rounds(workers)
+            self.rounds = topologies.one_peer_rounds(workers)
             self._tables: dict[int, list] = {}
             return
+        #: Iterations after which the links repeat (a static graph: every one).
+        self.rounds = 1
         graph = gossip_graph(config, workers, algorithm)
         self.graph = graph
         self.weights = topologies.mixing_weights(graph, config.weights)
@@ -92,7 +94,7 @@ class Exchange:
         if not self.time_varying:
             peers = self.graph[rank]
             return peers, peers
-        phase = k % self._rounds
+        phase = k % self.rounds
         table = self._tables.get(phase)
         if table is None:
             n = self.n
@@ -177,15 +179,28 @@ class DPSGDSim(Protocol):
             self._static_neighbours()
         #: ready_at[w][k]: when w's k-th gradient was ready (its k-th model sent).
         self.ready_at: list[list[float]] = [[] for _ in range(self.n)]
+        self._partner_tables: dict[int, list] = {}
         self.waiting = [False] * self.n
 
     def make_exchange(self) -> Exchange:
         return Exchange(self.config, self.n)
 
-    def _partners(self, x: int, k: int) -> tuple[tuple[int, ...], set[int]]:
-        """(x's in-peers at iteration k, everyone x's iteration k waits for)."""
-        send_to, receive_from = self.exchange.links(x, k)
-        return receive_from, set(send_to) | set(receive_from)
+    def _partners(self, x: int, k: int) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+        """(x's in-peers at iteration k, everyone x's iteration k waits for, how many x sends
+        to), kept per phase of the graph (once per rank and phase, not per worker-iteration).
+        The partners in the order the set of them iterates, as they were when one was built
+        per call: the order in which waiting partners are tried is the order of their events."""
+        exchange = self.exchange
+        phase = k % exchange.rounds
+        table = self._partner_tables.get(phase)
+        if table is None:
+            table = self._partner_tables[phase] = [None] * self.n
+        row = table[x]
+        if row is None:
+            send_to, receive_from = exchange.links(x, k)
+            row = table[x] = (receive_from, tuple(set(send_to) | set(receive_from)),
+                              len(send_to))
+        return row
 
     def ready(self, w):
         k = len(self.ready_at[w])
@@ -201,7 +216,7 @@ class DPSGDSim(Protocol):
     def _try(self, x):
         k = self.eng.iteration[x]
         ready_at = self.ready_at
-        receive_from, partners = self._partners(x, k)
+        receive_from, partners, _ = self._partners(x, k)
         if any(len(ready_at[j]) <= k for j in partners):
             return
         latest = max(ready_at[j][k] for j in partners)

@@ -281,19 +281,20 @@ class OSGPSim(DPSGDSim):
         mine = ready_at[x][k]
         latest = mine
         if due >= 0:
-            _, partners = self._partners(x, due)
-            if any(len(ready_at[j]) <= due for j in partners):
-                return
+            partners = self._partners(x, due)[1]
+            for j in partners:
+                if len(ready_at[j]) <= due:
+                    return
             if on_cluster:  # its in-peers' messages of `due` and its own to its out-peers
                 send_to, receive_from = self.exchange.links(x, due)
                 waited = self._waited
                 latest = max([mine, *(waited((j, x, due)) for j in receive_from),
                               *(waited((x, j, due)) for j in send_to)])
             else:
-                latest = max(mine, max(ready_at[j][due] + flight for j in partners))
+                latest = max(mine, max([ready_at[j][due] for j in partners]) + flight)
         self.waiting[x] = False
         net = self.net
-        sends = len(self.exchange.links(x, k)[0])
+        sends = self._partners(x, k)[2]
         end = latest + sends * net.cpu_s * net.share(self.eng.active)
         incoming, mixed = self.incoming[x], []
         while incoming:
