@@ -18,7 +18,7 @@ from hetbench.core.config import RunConfig
 from hetbench.core.record import summarize
 from hetbench.core.store import read_jsonl
 from hetbench.errors import UserError
-from hetbench.sim.engine import simulate
+from hetbench.sim.engine import Engine, simulate
 from hetbench.sim.model import (
     ComputeModel,
     NetworkModel,
@@ -44,6 +44,30 @@ def config(algorithm="allreduce", workers=4, slowdown="none", iterations=60, **k
 
 def events(run_dir: Path, workers: int) -> dict[int, list[dict]]:
     return {r: read_jsonl(run_dir / f"events.rank{r}.jsonl")[0] for r in range(workers)}
+
+
+def test_events_run_in_time_order_and_ties_in_the_order_they_were_scheduled():
+    # The queue keeps each distinct time once; what one heap of (t, seq) gave must hold:
+    # earlier times first, equal times in scheduling order, including callbacks scheduled at
+    # the current time while it runs (they come after those already there).
+    engine = Engine(config(workers=2), MODELS)
+    seen = []
+
+    def note(label, then=None):
+        seen.append((engine.now, label))
+        if then is not None:
+            engine.at(*then)
+
+    engine.at(2.0, note, "b1")
+    engine.at(1.0, note, "a1", (1.0, note, "a3"))
+    engine.at(2.0, note, "b2", (3.0, note, "c1"))
+    engine.at(1.0, note, "a2", (2.0, note, "b3"))
+    engine.at(0.5, note, "z")
+    engine.finished = [True, True]  # no worker loop here: only the callbacks above
+    engine._drain_heap()
+    assert seen == [(0.5, "z"), (1.0, "a1"), (1.0, "a2"), (1.0, "a3"), (2.0, "b1"),
+                    (2.0, "b2"), (2.0, "b3"), (3.0, "c1")]
+    assert not engine._times and not engine._at
 
 
 def test_ring_allreduce_and_p_reduce_formulas():
