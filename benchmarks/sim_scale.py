@@ -10,12 +10,19 @@ Setting (issue 20): matrices/sim-scale.toml's workload (ResNet-18's real message
 building the model for its message sizes, simulating, writing the run directory); the peak
 memory is that process's maximum resident set. Results go to
 results/benchmarks/sim_scale-<workers>x<iterations>.json (the --out directory).
+
+Machines of the same kind differ (one took 1.5-2x as long as another for the same code, and one
+drifted by half within minutes), so the JSON also records a reference: the seconds a fixed
+pure-Python event loop takes on this machine (the best of three), measured before and after the
+runs. Compare wall times across machines only with it; a sitting whose two references differ by
+more than 15% drifted, and says so.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import heapq
 import json
 import os
 import subprocess
@@ -55,6 +62,24 @@ def simulate(algorithm: str, args: argparse.Namespace, out: str) -> dict:
             "throughput": simulated["throughput"]}
 
 
+def reference_s(events: int = 400_000) -> float:
+    """Seconds (best of three) of a fixed event loop in pure Python, the simulator's kind of
+    work: heap pushes and pops, list and dict updates, float arithmetic."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        heap = [(i * 0.001, i) for i in range(1024)]
+        counts = [0] * 1024
+        last: dict[int, float] = {}
+        for _ in range(events):
+            t, w = heapq.heappop(heap)
+            counts[w] += 1
+            last[w] = t
+            heapq.heappush(heap, (t + 0.1 + (w * 7919 % 1000) * 1e-6, w))
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=1024)
@@ -63,6 +88,8 @@ def main() -> None:
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS))
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks"))
     args = parser.parse_args()
+    reference_before = reference_s()
+    print(f"reference (fixed pure-Python event loop): {reference_before:.3f} s", flush=True)
     rows = []
     for algorithm in args.algorithms.split(","):
         with tempfile.TemporaryDirectory() as tmp:
@@ -70,11 +97,16 @@ def main() -> None:
         rows.append(row)
         print(f"{algorithm:17s} {row['wall_s']:7.1f} s  {row['peak_rss_mb']:6.0f} MB  "
               f"{row['worker_iterations_per_s']:9.0f} worker-iterations/s", flush=True)
+    reference_after = reference_s()
+    drift = reference_after / reference_before - 1
+    print(f"reference after the runs: {reference_after:.3f} s ({drift:+.0%})"
+          + ("; the machine drifted during the sitting" if abs(drift) > 0.15 else ""), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"sim_scale-{args.workers}x{args.iterations}.json"
     path.write_text(json.dumps({
         "benchmark": "sim_scale", "workers": args.workers, "iterations": args.iterations,
         "slowdown": args.slowdown, "runs": rows, "command": " ".join(sys.argv),
+        "reference_s": {"before": reference_before, "after": reference_after},
         "time": datetime.datetime.now().isoformat()}, indent=1))
     print(f"-> {path}")
 
