@@ -80,10 +80,10 @@ class HopOptions(GossipOptions):
                              f"{self.max_iteration_gap}), got {self.skip_threshold}")
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     """A queued model from one neighbour, standing for its iterations lo..hi (the simulator
-    queues entries without a model)."""
+    queues entries without a model: a million or more of them at 16,384 workers, hence slots)."""
 
     lo: int
     hi: int
@@ -105,14 +105,17 @@ def newest_usable(queue, k: int, staleness: int) -> Entry | None:
 
 def updates_ready(queues: dict, done: set, k: int, backup_workers: int, staleness: int) -> bool:
     """Iteration k may mix: usable models from all but `backup_workers` neighbours."""
+    needed = len(queues) - backup_workers
     usable = possible = 0
     for j, q in queues.items():
         if newest_usable(q, k, staleness) is not None:
             usable += 1
+            if usable >= needed:  # enough whatever the rest hold (possible >= usable)
+                return True
             possible += 1
         elif j not in done:  # one that finished sends nothing more: never wait for it
             possible += 1
-    return usable >= min(len(queues) - backup_workers, possible)
+    return usable >= min(needed, possible)
 
 
 def tokens_ready(entered: dict, done: set, k: int, max_iteration_gap: int) -> bool:
