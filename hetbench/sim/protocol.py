@@ -143,7 +143,7 @@ class Meetings:
             return False
         del self.open[key]
         net = self.p.net
-        start = max(a[1] for a in arrivals)
+        start = max([a[1] for a in arrivals])
         end = net.ring(members, self.p.model_bytes, start, self.p.eng.active)
         if self.caches.use(members):
             self.hits += 1
