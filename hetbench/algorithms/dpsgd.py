@@ -187,20 +187,16 @@ class DPSGDSim(Protocol):
 
     def _partners(self, x: int, k: int) -> tuple[tuple[int, ...], tuple[int, ...], int]:
         """(x's in-peers at iteration k, everyone x's iteration k waits for, how many x sends
-        to), kept per phase of the graph (once per rank and phase, not per worker-iteration).
-        The partners in the order the set of them iterates, as they were when one was built
-        per call: the order in which waiting partners are tried is the order of their events."""
-        exchange = self.exchange
-        phase = k % exchange.rounds
+        to), built once per phase of the graph for every rank, not per worker-iteration. The
+        partners come in the order the set of them iterates, as when one was built per call:
+        the order in which waiting partners are tried is the order of their events."""
+        phase = k % self.exchange.rounds
         table = self._partner_tables.get(phase)
         if table is None:
-            table = self._partner_tables[phase] = [None] * self.n
-        row = table[x]
-        if row is None:
-            send_to, receive_from = exchange.links(x, k)
-            row = table[x] = (receive_from, tuple(set(send_to) | set(receive_from)),
-                              len(send_to))
-        return row
+            table = self._partner_tables[phase] = [
+                (receive_from, tuple(set(send_to) | set(receive_from)), len(send_to))
+                for send_to, receive_from in (self.exchange.links(r, k) for r in range(self.n))]
+        return table[x]
 
     def ready(self, w):
         k = len(self.ready_at[w])

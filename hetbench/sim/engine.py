@@ -200,7 +200,7 @@ class Engine:
                     self.at(done, self.protocol.finish if stop else self._compute, x, done)
                 self._agreeing = []
             return
-        if self.iteration[w] >= self._max_iterations or t >= self._max_seconds:
+        if self.iteration[w] >= self._max_iterations or t >= self._max_seconds:  # _budget_spent
             self.protocol.finish(w, t)
         else:
             self._compute(w, t)

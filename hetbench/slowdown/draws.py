@@ -115,23 +115,19 @@ class SlowBlocks:
         self._blocks: dict[int, np.ndarray] = {}
 
     def __call__(self, row: int, column: int) -> bool:
-        block = column // self.BLOCK
-        slowed = self._blocks.get(block)
-        if slowed is None:
-            slowed = self._block(block)
-        return bool(slowed[row, column - block * self.BLOCK])
+        return bool(self._block(column)[row, column % self.BLOCK])
 
     def column(self, column: int) -> np.ndarray:
         """Every row's cell of one column (bool, one per row)."""
+        return self._block(column)[:, column % self.BLOCK]
+
+    def _block(self, column: int) -> np.ndarray:
+        """The block of BLOCK columns that holds `column`, computed on first use."""
         block = column // self.BLOCK
         slowed = self._blocks.get(block)
         if slowed is None:
-            slowed = self._block(block)
-        return slowed[:, column - block * self.BLOCK]
-
-    def _block(self, block: int) -> np.ndarray:
-        columns = np.arange(block * self.BLOCK, (block + 1) * self.BLOCK)
-        draws = first_uniform(self.seed, np.arange(self.rows)[:, None], columns[None, :],
-                              *self.salt)
-        slowed = self._blocks[block] = draws < self.probability
+            columns = np.arange(block * self.BLOCK, (block + 1) * self.BLOCK)
+            draws = first_uniform(self.seed, np.arange(self.rows)[:, None], columns[None, :],
+                                  *self.salt)
+            slowed = self._blocks[block] = draws < self.probability
         return slowed
