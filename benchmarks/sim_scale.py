@@ -11,6 +11,9 @@ building the model for its message sizes, simulating, writing the run directory)
 memory is that process's maximum resident set. Results go to
 results/benchmarks/sim_scale-<workers>x<iterations>.json (the --out directory).
 
+    .venv/bin/python benchmarks/sim_scale.py --workers 16384 --iterations 40 \
+        --algorithms hop --compare /tmp/old --rounds 3    # /tmp/old: git worktree add /tmp/old REV
+
 Machines of the same kind differ (one took 1.5-2x as long as another for the same code, and one
 drifted by half within minutes), so the JSON also records a reference: the seconds a fixed
 pure-Python event loop takes on this machine (the best of three), measured before and after the
@@ -25,6 +28,7 @@ import datetime
 import heapq
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,7 +43,9 @@ ALGORITHMS = ("allreduce", "allreduce-backup", "ps-sync", "ps-async", "dpsgd", "
               "prague-random")
 
 
-def simulate(algorithm: str, args: argparse.Namespace, out: str) -> dict:
+def simulate(algorithm: str, args: argparse.Namespace, out: str,
+             tree: Path | None = None) -> dict:
+    """One `bench sim` process; `tree`: run that checkout's hetbench (PYTHONPATH) instead."""
     command = [str(BENCH), "sim", str(ROOT / "matrices" / "sim-scale.toml"),
                "--algorithms", algorithm, "--workers", str(args.workers),
                "--iterations", str(args.iterations), "--slowdown", args.slowdown,
@@ -47,7 +53,8 @@ def simulate(algorithm: str, args: argparse.Namespace, out: str) -> dict:
     errors = Path(out) / "stderr.txt"  # a file, not a pipe: nobody reads a pipe during wait4
     started = time.perf_counter()
     with errors.open("w") as stderr:
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+        env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
         # wait4, not wait: this child's own peak memory (ru_maxrss), not the largest of all.
         _, status, usage = os.wait4(process.pid, 0)
     wall_s = time.perf_counter() - started
@@ -57,6 +64,7 @@ def simulate(algorithm: str, args: argparse.Namespace, out: str) -> dict:
     simulated = json.loads(summary.read_text())
     iterations = simulated["iterations"]
     return {"algorithm": algorithm, "wall_s": wall_s, "sim_s": simulated["sim_s"],
+            "cpu_s": usage.ru_utime + usage.ru_stime,
             "peak_rss_mb": usage.ru_maxrss / 1024, "worker_iterations": iterations,
             "worker_iterations_per_s": iterations / wall_s,
             "throughput": simulated["throughput"]}
@@ -80,6 +88,32 @@ def reference_s(events: int = 400_000) -> float:
     return best
 
 
+def compare(args: argparse.Namespace) -> dict:
+    """--compare TREE: each algorithm in TREE's hetbench and in this one, alternating for
+    --rounds rounds (the first of each pair swapped every round), CPU time (user + system) of
+    each `bench sim` process: the machine's drift hits both versions alike."""
+    trees = {"compared": args.compare.resolve(), "this": ROOT}
+    rows = []
+    for algorithm in args.algorithms.split(","):
+        cpu = {name: [] for name in trees}
+        throughput = {}
+        for round_ in range(args.rounds):
+            order = list(trees.items()) if round_ % 2 == 0 else list(trees.items())[::-1]
+            for name, tree in order:
+                with tempfile.TemporaryDirectory() as tmp:
+                    row = simulate(algorithm, args, tmp, tree)
+                cpu[name].append(row["cpu_s"])
+                throughput[name] = row["throughput"]
+        best = {name: min(times) for name, times in cpu.items()}
+        rows.append({"algorithm": algorithm, "cpu_s": cpu, "throughput": throughput})
+        print(f"{algorithm:17s} CPU s, min / median of {args.rounds}: compared "
+              f"{best['compared']:6.2f} / {statistics.median(cpu['compared']):6.2f}, this "
+              f"{best['this']:6.2f} / {statistics.median(cpu['this']):6.2f}, "
+              f"{best['compared'] / best['this']:.2f}x; same throughput: "
+              f"{throughput['compared'] == throughput['this']}", flush=True)
+    return {"compare": str(trees["compared"]), "rounds": args.rounds, "comparisons": rows}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=1024)
@@ -87,25 +121,33 @@ def main() -> None:
     parser.add_argument("--slowdown", default="prob:5")
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS))
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks"))
+    parser.add_argument("--compare", type=Path, metavar="TREE",
+                        help="another checkout (e.g. a git worktree of an older commit): CPU "
+                             "time of its bench sim against this one's, alternating")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     reference_before = reference_s()
     print(f"reference (fixed pure-Python event loop): {reference_before:.3f} s", flush=True)
-    rows = []
-    for algorithm in args.algorithms.split(","):
-        with tempfile.TemporaryDirectory() as tmp:
-            row = simulate(algorithm, args, tmp)
-        rows.append(row)
-        print(f"{algorithm:17s} {row['wall_s']:7.1f} s  {row['peak_rss_mb']:6.0f} MB  "
-              f"{row['worker_iterations_per_s']:9.0f} worker-iterations/s", flush=True)
+    rows, compared = [], {}
+    if args.compare is not None:
+        compared = compare(args)
+    else:
+        for algorithm in args.algorithms.split(","):
+            with tempfile.TemporaryDirectory() as tmp:
+                row = simulate(algorithm, args, tmp)
+            rows.append(row)
+            print(f"{algorithm:17s} {row['wall_s']:7.1f} s  {row['peak_rss_mb']:6.0f} MB  "
+                  f"{row['worker_iterations_per_s']:9.0f} worker-iterations/s", flush=True)
     reference_after = reference_s()
     drift = reference_after / reference_before - 1
     print(f"reference after the runs: {reference_after:.3f} s ({drift:+.0%})"
           + ("; the machine drifted during the sitting" if abs(drift) > 0.15 else ""), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"sim_scale-{args.workers}x{args.iterations}.json"
+    kind = "sim_scale" if args.compare is None else "sim_compare"
+    path = args.out / f"{kind}-{args.workers}x{args.iterations}.json"
     path.write_text(json.dumps({
         "benchmark": "sim_scale", "workers": args.workers, "iterations": args.iterations,
-        "slowdown": args.slowdown, "runs": rows, "command": " ".join(sys.argv),
+        "slowdown": args.slowdown, "runs": rows, **compared, "command": " ".join(sys.argv),
         "reference_s": {"before": reference_before, "after": reference_after},
         "time": datetime.datetime.now().isoformat()}, indent=1))
     print(f"-> {path}")
