@@ -121,18 +121,40 @@ def network_fidelity(config: RunConfig, done: list[dict[str, Any] | None]) -> di
     late = sum(r["late_s"] for r in records)
     idle = [r["host_idle"] for r in records if r.get("host_idle") is not None]
     share = late / modeled if modeled > 0 else 0.0
+    by_kind = late_by_kind(records)
     info.update({
         "late_share": share, "max_late_ms": max(r["max_late_s"] for r in records) * 1e3,
         "operations": sum(r["operations"] for r in records),
         "unmatched": sum(r["unmatched"] for r in records),
         "host_idle": sorted(idle)[len(idle) // 2] if idle else None,
+        **({"late_by_kind": by_kind} if by_kind else {}),
     })
     low = share > config.network["max_lateness"]
     if low:
+        latest = max(by_kind, key=lambda kind: by_kind[kind]["late_s"]) if by_kind else None
+        where = (f", {by_kind[latest]['late_s'] / late:.0%} of it in {latest}s" if latest
+                 and late > 0 else "")
         info["hint"] = (f"the host finished modeled operations {share:.0%} late (over "
-                        f"{config.network['max_lateness']:.0%}): raise dilation (now "
+                        f"{config.network['max_lateness']:.0%}{where}): raise dilation (now "
                         f"{config.dilation:g})")
     return {"fidelity": "low" if low else "high", "network": info}
+
+
+def late_by_kind(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """The ranks' lateness summed by kind of operation (collective, send, receive, rpc,
+    compute): operations, late share of that kind's modeled time, late seconds, largest (ms).
+    Empty for records written before kinds were kept."""
+    sums: dict[str, list] = {}
+    for record in records:
+        for kind, tally in (record.get("by_kind") or {}).items():
+            total = sums.setdefault(kind, [0, 0.0, 0.0, 0.0])
+            total[0] += tally["operations"]
+            total[1] += tally["modeled_s"]
+            total[2] += tally["late_s"]
+            total[3] = max(total[3], tally["max_late_s"])
+    return {kind: {"operations": n, "late_share": late / modeled if modeled > 0 else 0.0,
+                   "late_s": late, "max_late_ms": largest * 1e3}
+            for kind, (n, modeled, late, largest) in sorted(sums.items())}
 
 
 def done_records(config: RunConfig, run_dir: Path) -> list[dict[str, Any] | None]:

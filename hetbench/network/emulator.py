@@ -31,7 +31,10 @@ from hetbench.network.shared import FILE_NAME, SharedState
 
 
 class Fidelity:
-    """How late the host made this rank's modeled operations (host seconds)."""
+    """How late the host made this rank's modeled operations (host seconds), in all and by
+    kind of operation (collective, send, receive, rpc, compute), so that a low-fidelity run
+    says which operations the host could not keep up with: a dilation hides a fixed host cost
+    per operation, not every kind of lateness."""
 
     def __init__(self):
         self.operations = 0
@@ -40,18 +43,30 @@ class Fidelity:
         self.max_late_s = 0.0
         #: Receives whose delivery time was not found (mailbox slot reused): not delayed.
         self.unmatched = 0
+        #: Per kind: [operations, modeled seconds, late seconds, largest lateness].
+        self.by_kind: dict[str, list] = {}
 
-    def add(self, modeled_s: float, late_s: float) -> None:
+    def add(self, modeled_s: float, late_s: float, kind: str) -> None:
         self.operations += 1
         self.modeled_s += modeled_s
+        tally = self.by_kind.get(kind)
+        if tally is None:
+            tally = self.by_kind[kind] = [0, 0.0, 0.0, 0.0]
+        tally[0] += 1
+        tally[1] += modeled_s
         if late_s > 0:
             self.late_s += late_s
             self.max_late_s = max(self.max_late_s, late_s)
+            tally[2] += late_s
+            tally[3] = max(tally[3], late_s)
 
     def to_dict(self) -> dict:
         return {"operations": self.operations, "modeled_s": self.modeled_s,
                 "late_s": self.late_s, "max_late_s": self.max_late_s,
-                "unmatched": self.unmatched}
+                "unmatched": self.unmatched,
+                "by_kind": {kind: {"operations": n, "modeled_s": modeled, "late_s": late,
+                                   "max_late_s": largest}
+                            for kind, (n, modeled, late, largest) in self.by_kind.items()}}
 
 
 def host_cpu() -> tuple[int, int] | None:
@@ -121,7 +136,7 @@ class Emulator:
         if mine:
             self.ledger.book(mine, start)
         modeled = (setup_s + ring.duration_s) * k
-        self._until(start + modeled, modeled)
+        self._until(start + modeled, modeled, "collective")
 
     # -- point to point ----------------------------------------------------------------------
     def send_begin(self, dst: int, nbytes: int, key: int) -> tuple[float, float]:
@@ -143,7 +158,7 @@ class Emulator:
         posted receive: AD-PSGD's passive peer busy with another request, a straggler), which
         is the protocol's waiting, not the host's: so a send counts only its own wait's
         overshoot, and each transfer's lateness is counted once, at its receive."""
-        self._until(out, out - posted, since=float("inf"))
+        self._until(out, out - posted, "send", since=float("inf"))
 
     def recv_ticket(self, src: int, key: int) -> int:
         """This rank's next message number from src on stream `key` (take it when the receive
@@ -165,19 +180,20 @@ class Emulator:
             self.fidelity.unmatched += 1
             return
         posted, delivered = entry
-        self._until(delivered, delivered - posted, since)
+        self._until(delivered, delivered - posted, "receive", since)
 
     def rpc(self, peer: int, started: float) -> None:
         """A small request to `peer` and its answer (the Group Generator's), its real call
         begun at `started` (this clock): it lasts at least the round trip's latency."""
-        self.wait(self.model.rpc_s(self.rank, peer) * self.k, started)
+        self.wait(self.model.rpc_s(self.rank, peer) * self.k, started, "rpc")
 
-    def wait(self, modeled_s: float, started: float) -> None:
+    def wait(self, modeled_s: float, started: float, kind: str = "compute") -> None:
         """A modeled wait (emulated compute, an RPC) begun at `started`: until started +
-        modeled_s, recorded for fidelity like a transfer."""
-        self._until(started + modeled_s, modeled_s)
+        modeled_s, recorded for fidelity like a transfer (as `kind`)."""
+        self._until(started + modeled_s, modeled_s, kind)
 
-    def _until(self, end: float, modeled_s: float, since: float = float("-inf")) -> None:
+    def _until(self, end: float, modeled_s: float, kind: str,
+               since: float = float("-inf")) -> None:
         """The real operation is done now: wait until its modeled `end`, and record how late
         the host made it. Only the part the network is to blame for counts: a receive that
         this rank began waiting for at `since`, after its modeled delivery (it was busy
@@ -187,7 +203,7 @@ class Emulator:
         if now < end:
             time.sleep(end - now)
             late = self.clock() - end  # the sleep's own overshoot
-        self.fidelity.add(modeled_s, late)
+        self.fidelity.add(modeled_s, late, kind)
 
     def report(self) -> dict:
         """This rank's fidelity record (done.rank<r>.json's `network`)."""

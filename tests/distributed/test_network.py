@@ -195,6 +195,10 @@ def test_fidelity_is_low_when_the_host_cannot_keep_up_and_high_when_dilated(tmp_
     assert fast["status"] == "ok"
     assert fast["fidelity"] == "low"
     assert fast["network"]["late_share"] > 0.05 and "raise dilation" in fast["network"]["hint"]
+    # All-Reduce's lateness is its collectives', and the hint says so.
+    kinds = fast["network"]["late_by_kind"]
+    assert kinds["collective"]["late_share"] > 0.05 and kinds["collective"]["operations"] >= 60
+    assert "in collectives" in fast["network"]["hint"]
     # 100 Mbit/s, 1 ms, dilated 4x: the host's own cost is small beside every modeled time.
     slow = _emulated_run(tmp_path / "slow", {"nic_gbps": 0.1, "inter_gbps": 0.1,
                                              "inter_latency_us": 1000, "dilation": 4})

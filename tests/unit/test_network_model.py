@@ -133,3 +133,25 @@ def test_the_communication_timeout_is_in_cluster_seconds_under_dilation():
     dilated = RunConfig(algorithm="allreduce", workload="mlp-digits", workers=2, iterations=20,
                         comm_timeout_s=10, network={"dilation": 32})
     assert plain.host_timeout_s == 10 and dilated.host_timeout_s == 320
+
+
+def test_lateness_is_kept_by_kind_of_operation_and_summed_over_ranks():
+    from hetbench.core.record import late_by_kind
+    from hetbench.network.emulator import Fidelity
+
+    ranks = [Fidelity(), Fidelity()]
+    ranks[0].add(0.010, 0.002, "receive")
+    ranks[0].add(0.010, -0.001, "receive")  # early: counted, not late
+    ranks[0].add(0.100, 0.0, "compute")
+    ranks[1].add(0.020, 0.006, "receive")
+    ranks[1].add(0.050, 0.001, "collective")
+    records = [r.to_dict() for r in ranks]
+    assert records[0]["late_s"] == 0.002 and records[0]["operations"] == 3
+    kinds = late_by_kind(records)
+    assert list(kinds) == ["collective", "compute", "receive"]
+    assert kinds["receive"]["operations"] == 3
+    assert abs(kinds["receive"]["late_share"] - 0.008 / 0.040) < 1e-12
+    assert abs(kinds["receive"]["max_late_ms"] - 6.0) < 1e-9
+    assert kinds["compute"]["late_s"] == 0.0
+    # Records written before kinds were kept give no breakdown.
+    assert late_by_kind([{"late_s": 0.1}]) == {}
