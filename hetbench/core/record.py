@@ -132,12 +132,16 @@ def network_fidelity(config: RunConfig, done: list[dict[str, Any] | None]) -> di
     low = share > config.network["max_lateness"]
     if low:
         latest = max(by_kind, key=lambda kind: by_kind[kind]["late_s"]) if by_kind else None
-        where = (f", {by_kind[latest]['late_s'] / late:.0%} of it in {latest}s" if latest
-                 and late > 0 else "")
+        where = (f", {by_kind[latest]['late_s'] / late:.0%} of it in "
+                 f"{LATE_KIND_NAMES.get(latest, latest + 's')}" if latest and late > 0 else "")
         info["hint"] = (f"the host finished modeled operations {share:.0%} late (over "
                         f"{config.network['max_lateness']:.0%}{where}): raise dilation (now "
                         f"{config.dilation:g})")
     return {"fidelity": "low" if low else "high", "network": info}
+
+
+#: How the low-fidelity hint names a kind of operation (others: the kind plus "s").
+LATE_KIND_NAMES = {"rpc": "RPCs", "compute": "emulated compute waits"}
 
 
 def late_by_kind(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:

@@ -37,32 +37,28 @@ class Fidelity:
     per operation, not every kind of lateness."""
 
     def __init__(self):
-        self.operations = 0
-        self.modeled_s = 0.0
-        self.late_s = 0.0
-        self.max_late_s = 0.0
         #: Receives whose delivery time was not found (mailbox slot reused): not delayed.
         self.unmatched = 0
-        #: Per kind: [operations, modeled seconds, late seconds, largest lateness].
+        #: Per kind: [operations, modeled seconds, late seconds, largest lateness]; the
+        #: totals are their sums (to_dict).
         self.by_kind: dict[str, list] = {}
 
     def add(self, modeled_s: float, late_s: float, kind: str) -> None:
-        self.operations += 1
-        self.modeled_s += modeled_s
         tally = self.by_kind.get(kind)
         if tally is None:
             tally = self.by_kind[kind] = [0, 0.0, 0.0, 0.0]
         tally[0] += 1
         tally[1] += modeled_s
         if late_s > 0:
-            self.late_s += late_s
-            self.max_late_s = max(self.max_late_s, late_s)
             tally[2] += late_s
             tally[3] = max(tally[3], late_s)
 
     def to_dict(self) -> dict:
-        return {"operations": self.operations, "modeled_s": self.modeled_s,
-                "late_s": self.late_s, "max_late_s": self.max_late_s,
+        tallies = self.by_kind.values()
+        return {"operations": sum(t[0] for t in tallies),
+                "modeled_s": sum(t[1] for t in tallies),
+                "late_s": sum(t[2] for t in tallies),
+                "max_late_s": max((t[3] for t in tallies), default=0.0),
                 "unmatched": self.unmatched,
                 "by_kind": {kind: {"operations": n, "modeled_s": modeled, "late_s": late,
                                    "max_late_s": largest}

@@ -15,9 +15,10 @@ from hetbench.sim.model import ComputeModel, SimModels, layout
 from hetbench.sim.validate import compare_with_real, markdown
 from tests.helpers import events, on_ranks, run_config
 
-#: Every test here times modeled transfers on this host's 2 shared cores, so a burst of outside
-#: load (another tenant of the machine) can make one late: such a test runs again, up to twice,
-#: with the same assertion (pytest-rerunfailures). A model that is wrong fails all three.
+#: The tests here time modeled transfers and runs on this host's 2 shared cores, so a burst of
+#: outside load (another tenant of the machine) can make one late: a test that misses runs
+#: again, up to twice, with the same assertion (pytest-rerunfailures). A model that is wrong
+#: fails all three.
 pytestmark = pytest.mark.flaky(reruns=2, reruns_delay=2)
 
 
