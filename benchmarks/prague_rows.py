@@ -22,13 +22,13 @@ import json
 import subprocess
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
+
+from hetbench.reports.load import load_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = Path(sys.executable).parent / "bench"
 MATRIX = ROOT / "matrices" / "reproduce-prague-emulated-quick.toml"
-ALGORITHMS = ("allreduce", "ps-sync", "adpsgd", "prague-static", "prague-smart")
 SLOWDOWNS = ("none", "prob:5", "det:5@0")
 #: (workers, prague-smart's group size, iterations): the quick matrix's setting first.
 SETTINGS = ((8, 2, 12), (8, 2, 100), (16, 2, 100), (16, 4, 100), (32, 2, 100), (32, 4, 100))
@@ -46,40 +46,26 @@ RATIOS = (
 )
 
 
-def matrix_text(workers: int, group_size: int, iterations: int) -> str:
-    """The quick emulated matrix with one setting changed (TOML)."""
-    spec = tomllib.loads(MATRIX.read_text())
-    lines = [f'name = "prague-rows-w{workers}-g{group_size}-i{iterations}"',
-             f"algorithms = {json.dumps(list(ALGORITHMS))}", 'workloads = ["resnet18"]',
-             f"workers = [{workers}]", f"slowdown = {json.dumps(list(SLOWDOWNS))}",
-             "seeds = [1]", f"iterations = {iterations}",
-             f"warmup_iterations = {spec['warmup_iterations']}",
-             "[workload.resnet18]", 'compute = "emulated"',
-             f"compute_ms = {spec['workload']['resnet18']['compute_ms']}",
-             "[algorithm.prague-smart]", f"group_size = {group_size}",
-             "[network]", f'preset = "{spec["network"]["preset"]}"',
-             f"dilation = {spec['network']['dilation']}"]
-    return "\n".join(lines) + "\n"
-
-
 def simulate(workers: int, group_size: int, iterations: int, scratch: Path) -> dict:
-    matrix = scratch / f"w{workers}-g{group_size}-i{iterations}.toml"
-    matrix.write_text(matrix_text(workers, group_size, iterations))
-    out = scratch / matrix.stem
-    subprocess.run([str(BENCH), "sim", str(matrix), "--out", str(out)], check=True,
-                   stdout=subprocess.DEVNULL)
+    """The quick matrix with prague-smart's group size set (a table appended to its TOML) and
+    the rest from bench sim's flags."""
+    name = f"w{workers}-g{group_size}-i{iterations}"
+    matrix = scratch / f"{name}.toml"
+    matrix.write_text(MATRIX.read_text()
+                      + f"\n[algorithm.prague-smart]\ngroup_size = {group_size}\n")
+    out = scratch / name
+    subprocess.run([str(BENCH), "sim", str(matrix), "--workers", str(workers),
+                    "--iterations", str(iterations), "--slowdown", ",".join(SLOWDOWNS),
+                    "--out", str(out)], check=True, stdout=subprocess.DEVNULL)
     runs = {}
-    for summary_path in out.glob("*/summary.json"):
-        summary = json.loads(summary_path.read_text())
-        config = json.loads((summary_path.parent / "config.json").read_text())
-        if summary["status"] != "ok":
-            raise SystemExit(f"{summary_path.parent.name}: {summary['status']} "
-                             f"({summary.get('cause')})")
-        steps = summary["iterations"]
-        runs[(config["algorithm"], config["slowdown"])] = {
-            "throughput": summary["throughput"],
+    for run in load_runs(out).to_dict("records"):
+        if run["status"] != "ok":
+            raise SystemExit(f"{run['run_id']}: {run['status']} ({run.get('cause')})")
+        steps = run["iterations"]
+        runs[(run["algorithm_name"], run["slowdown"])] = {
+            "throughput": run["throughput"],
             # Mean step, ms of cluster time: what each iteration spent where.
-            **{key[:-2] + "_ms": 1000 * summary[key] / steps
+            **{key[:-2] + "_ms": 1000 * run[key] / steps
                for key in ("compute_s", "slowdown_s", "comm_s", "wait_s")},
         }
     ratios = {}
