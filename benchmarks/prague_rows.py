@@ -6,7 +6,7 @@ world size (the quick matrix runs 8 workers, the papers 16), prague-smart's grou
 default; the slides give none), more iterations than the quick matrix's 12, and a fixed
 straggler (det:5@0) beside the random one (prob:5).
 
-    .venv/bin/python benchmarks/prague_rows.py            # about a minute
+    .venv/bin/python benchmarks/prague_rows.py            # about 20 s here
 
 Prints, per setting, each algorithm's throughput and mean step (compute, slowdown,
 communication and wait per iteration, ms of cluster time) and the ratios the published rows

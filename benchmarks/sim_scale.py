@@ -146,7 +146,7 @@ def main() -> None:
     kind = "sim_scale" if args.compare is None else "sim_compare"
     path = args.out / f"{kind}-{args.workers}x{args.iterations}.json"
     path.write_text(json.dumps({
-        "benchmark": "sim_scale", "workers": args.workers, "iterations": args.iterations,
+        "benchmark": kind, "workers": args.workers, "iterations": args.iterations,
         "slowdown": args.slowdown, "runs": rows, **compared, "command": " ".join(sys.argv),
         "reference_s": {"before": reference_before, "after": reference_after},
         "time": datetime.datetime.now().isoformat()}, indent=1))
