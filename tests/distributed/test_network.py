@@ -32,25 +32,36 @@ def _emulate(comm, run_dir, **options):
     return comm.network
 
 
+#: One-way tiny messages timed for the latency; the least is kept, the usual estimator when
+#: the host's own hiccups (scheduling, a busy neighbour) can only add to a sample.
+TINY_SAMPLES = 5
+
+
 def _stream(comm, run_dir, options, nbytes, count):
-    """Rank 0 sends `count` messages of nbytes to rank 1, then one 8-byte message; the receive
-    times (and the tiny message's send time) on the shared monotonic clock."""
+    """Rank 0 sends `count` messages of nbytes to rank 1, then TINY_SAMPLES 8-byte messages,
+    each after a barrier; the receive times (and the tiny messages' send times) on the shared
+    monotonic clock."""
     _emulate(comm, run_dir, **options)
     payload, tiny = torch.zeros(nbytes // 4), torch.zeros(2)
     if comm.rank == 0:
         for _ in range(count):
             comm.send(payload, 1)
-        comm.barrier()
-        sent = time.monotonic()
-        comm.send(tiny, 1)
+        sent = []
+        for _ in range(TINY_SAMPLES):
+            comm.barrier()
+            sent.append(time.monotonic())
+            comm.send(tiny, 1)
         return sent
     arrivals = []
     for _ in range(count):
         comm.recv(payload, 0)
         arrivals.append(time.monotonic())
-    comm.barrier()
-    comm.recv(tiny, 0)
-    return arrivals, time.monotonic()
+    received = []
+    for _ in range(TINY_SAMPLES):
+        comm.barrier()
+        comm.recv(tiny, 0)
+        received.append(time.monotonic())
+    return arrivals, received
 
 
 @pytest.mark.parametrize("gbps, dilation, latency_us, nbytes, count", [
@@ -66,9 +77,10 @@ def test_a_modeled_link_delivers_its_bandwidth_and_latency(tmp_path, gbps, dilat
     # Goodput between the first and last delivery, in cluster time: within 5%.
     goodput = (count - 1) * nbytes / ((arrivals[-1] - arrivals[0]) / dilation)
     assert goodput == pytest.approx(gbps * GBIT, rel=0.05)
-    # A one-way tiny message: the latency (plus 8 bytes' time), within max(0.2 ms, 5%).
+    # A one-way tiny message (the least of TINY_SAMPLES): the latency (plus 8 bytes' time),
+    # within max(0.2 ms, 5%).
     expected = latency_us * 1e-6 + 8 / (gbps * GBIT)
-    one_way = (received - sent) / dilation
+    one_way = min(r - t for r, t in zip(received, sent, strict=True)) / dilation
     assert one_way >= expected * 0.999
     assert one_way - expected <= max(0.2e-3, 0.05 * expected)
 
