@@ -53,14 +53,17 @@ def bench(bench_cmd, cli_env):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked gpu need at least two CUDA devices (NCCL wants one GPU per rank)."""
+    """Tests marked gpu need a CUDA device; those marked multi_gpu too need one GPU per rank
+    (NCCL refuses two ranks on one device), so at least two."""
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if not gpu_items:
         return
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
-        return
-    skip = pytest.mark.skip(reason="needs 2 or more CUDA devices (NCCL: one GPU per rank)")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     for item in gpu_items:
-        item.add_marker(skip)
+        needed = 2 if "multi_gpu" in item.keywords else 1
+        if gpus < needed:
+            item.add_marker(pytest.mark.skip(
+                reason=f"needs {needed} or more CUDA devices, this machine has {gpus}"
+                       + (" (NCCL: one GPU per rank)" if needed > 1 else "")))

@@ -43,10 +43,12 @@ def _rank_entry(fn, rank, world_size, port, timeout_s, args, queue, device_type=
     from hetbench.comm.comm import Comm
 
     torch.set_num_threads(1)
-    # On CUDA each rank takes its own GPU: NCCL refuses two ranks on one device.
-    device = torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")
+    # As the worker picks a GPU: by local rank, several ranks to a GPU when they outnumber them.
+    device = (torch.device("cuda", rank % torch.cuda.device_count()) if device_type == "cuda"
+              else torch.device("cpu"))
     try:
-        comm = Comm.connect(rank, world_size, "127.0.0.1", port, device, timeout_s)
+        comm = Comm.connect(rank, world_size, "127.0.0.1", port, device, timeout_s,
+                            local_rank=rank)
         try:
             queue.put((rank, "ok", fn(comm, *args)))
         finally:
@@ -57,8 +59,9 @@ def _rank_entry(fn, rank, world_size, port, timeout_s, args, queue, device_type=
 
 def on_ranks(fn: Callable[..., Any], world_size: int, *args: Any, timeout_s: float = 60.0,
              device_type: str = "cpu") -> list:
-    """Run fn(comm, *args) on `world_size` real ranks (gloo on CPU; NCCL, one GPU per rank, with
-    device_type="cuda"); returns each rank's result in order.
+    """Run fn(comm, *args) on `world_size` real ranks (gloo on CPU; with device_type="cuda", the
+    ranks spread over the GPUs: NCCL with one GPU per rank, gloo where they share one); returns
+    each rank's result in order.
 
     `fn` must be a module-level function (it is pickled to the forked ranks).
     """

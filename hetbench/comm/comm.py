@@ -1,8 +1,14 @@
 """Comm: the only code in hetbench that touches torch.distributed.
 
-Algorithms talk to peers through this object, so the transport (gloo on CPU, NCCL on CUDA) and
-its timeouts live in one place. Every blocking call is bounded by the process group's timeout, so
-a dead peer turns into an exception instead of a hang.
+Algorithms talk to peers through this object, so the transport and its timeouts live in one
+place. Every blocking call is bounded by the process group's timeout, so a dead peer turns into an
+exception instead of a hang.
+
+Which backend: gloo on CPU; NCCL on CUDA when every rank has a GPU of its own; gloo again when
+ranks share a GPU (more ranks on a host than it has GPUs), since NCCL refuses two ranks on one
+device (nccl#418, "Duplicate GPU detected"). Gloo reduces and broadcasts CUDA tensors itself but
+has no CUDA path for point to point, so with CUDA tensors on gloo every send and receive here goes
+through a host copy (`stages_through_host`).
 
 Which primitive for which pattern:
 - every worker together (all-reduce, average, broadcast, barrier): `members=ctx.worker_ranks`
@@ -33,6 +39,8 @@ from hetbench.network.shared import stream_key
 
 ReduceOp = dist.ReduceOp
 WORLD = "world"  # the stream name of messages on the world group (network/shared.py)
+#: Store keys of the backend vote (choose_backend).
+_SHARED_GPU_KEY, _VOTES_KEY = "hetbench/comm/shared-gpu", "hetbench/comm/backend-votes"
 
 
 class CommMisuse(RuntimeError):
@@ -60,20 +68,33 @@ class Comm:
         #: The emulated network (network/emulator.py) while training, or None.
         self.network = None
         self._channel_names: dict[object, str] = {}
+        #: Point to point through host memory: gloo has no CUDA path for it. A test may set it
+        #: on a CPU world to run the staging code, which then copies CPU tensors.
+        self.stages_through_host = backend == "gloo" and device.type == "cuda"
 
     @classmethod
     def connect(cls, rank: int, world_size: int, host: str | None, port: int | None,
-                device: torch.device, timeout_s: float, store: dist.Store | None = None) -> Comm:
+                device: torch.device, timeout_s: float, store: dist.Store | None = None,
+                local_rank: int | None = None) -> Comm:
         """Join the run's world through the launcher's TCP store at host:port, or through
-        `store` when the rendezvous already made one (torchrun's agent store, MPI's rank 0)."""
-        backend = "nccl" if device.type == "cuda" else "gloo"
+        `store` when the rendezvous already made one (torchrun's agent store, MPI's rank 0).
+        `local_rank` is this rank's index on its host (default: `rank`, one host)."""
+        timeout = datetime.timedelta(seconds=timeout_s)
         if store is None:
-            store = dist.TCPStore(host, port, world_size, is_master=False,
-                                  timeout=datetime.timedelta(seconds=timeout_s))
+            store = dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)  # gloo's CUDA work and new tensors default to it
+        backend = choose_backend(device, rank if local_rank is None else local_rank, store,
+                                 world_size, timeout_s)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=timeout_s),
-                                device_id=device if device.type == "cuda" else None)
+                                timeout=timeout,
+                                device_id=device if backend == "nccl" else None)
         return cls(rank, world_size, device, backend, store, timeout_s)
+
+    def describe(self) -> dict[str, object]:
+        """What this rank ran on, for its done record and the report's metadata."""
+        return {"backend": self.backend, "device": str(self.device),
+                "host_staged_p2p": self.stages_through_host}
 
     def end_setup(self) -> None:
         """Training starts: from now on a subset of ranks without a group is formed on the fly,
@@ -179,6 +200,8 @@ class Comm:
 
     def send_on(self, group, tensor: torch.Tensor, dst: int, tag: int = 0) -> None:
         """Send on a channel (None: the world group); `dst` is a global rank."""
+        if self.stages_through_host:
+            tensor = _host_copy(tensor)
         if self.network is None:
             dist.send(tensor, dst=dst, group=group, tag=tag)
             return
@@ -194,7 +217,12 @@ class Comm:
         # takes its number then, so none is skipped and no later one reads an earlier's).
         posted_under = self.network
         since = float("-inf") if posted_under is None else posted_under.clock()
-        sender = dist.recv(tensor, src=src, group=group, tag=tag)
+        if self.stages_through_host:
+            host = torch.empty(tensor.shape, dtype=tensor.dtype)
+            sender = dist.recv(host, src=src, group=group, tag=tag)
+            tensor.copy_(host)
+        else:
+            sender = dist.recv(tensor, src=src, group=group, tag=tag)
         network = self.network
         if network is None:
             return sender
@@ -203,6 +231,10 @@ class Comm:
         return sender
 
     def isend_on(self, group, tensor: torch.Tensor, dst: int, tag: int = 0) -> dist.Work:
+        if self.stages_through_host:
+            # What is sent is this copy (the Work keeps it alive until sent): the caller's
+            # tensor may change once isend returns.
+            tensor = _host_copy(tensor)
         if self.network is None:
             return dist.isend(tensor, dst=dst, group=group, tag=tag)
         posted, out = self.network.send_begin(dst, _nbytes(tensor), self._stream(group, tag))
@@ -213,15 +245,22 @@ class Comm:
     def irecv_on(self, group, tensor: torch.Tensor, src: int | None = None,
                  tag: int = 0) -> dist.Work:
         if self.network is None:
-            return dist.irecv(tensor, src=src, group=group, tag=tag)
+            return self._irecv(group, tensor, src, tag)
         if src is None:  # refused before anything is posted
             raise CommMisuse("Comm: an emulated network needs irecv's sender (src) to find the "
                              "message's modeled delivery; use recv(src=None) for any sender")
-        work = dist.irecv(tensor, src=src, group=group, tag=tag)
+        work = self._irecv(group, tensor, src, tag)
         network, key = self.network, self._stream(group, tag)
         seq = network.recv_ticket(src, key)
         return _Modeled(work, lambda: network.delivery(src, key, seq),
                         lambda since: network.recv_end(src, key, seq, since))
+
+    def _irecv(self, group, tensor: torch.Tensor, src: int | None, tag: int):
+        if not self.stages_through_host:
+            return dist.irecv(tensor, src=src, group=group, tag=tag)
+        host = torch.empty(tensor.shape, dtype=tensor.dtype)
+        return _Staged(dist.irecv(host, src=src, group=group, tag=tag),
+                       lambda: tensor.copy_(host))
 
     def group(self, members: Sequence[int] | None):
         """The process group of `members` (None = the world), created on first use and cached.
@@ -287,6 +326,54 @@ class Comm:
 
 def _nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
+
+
+def choose_backend(device: torch.device, local_rank: int, store: dist.Store, world_size: int,
+                   timeout_s: float) -> str:
+    """gloo, or NCCL when the device is CUDA and no two ranks of the world share a GPU.
+
+    A host with more ranks than GPUs has a rank whose local index is at least its GPU count,
+    and only that rank can tell; every rank counts its vote in the store and reads the total
+    once all have, so the world agrees on one backend (two would hang in their first
+    collective)."""
+    if device.type != "cuda":
+        return "gloo"
+    shares_a_gpu = local_rank >= torch.cuda.device_count()
+    store.add(_SHARED_GPU_KEY, int(shares_a_gpu))
+    store.add(_VOTES_KEY, 1)
+    deadline = time.monotonic() + timeout_s
+    while store.add(_VOTES_KEY, 0) < world_size:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Comm: {store.add(_VOTES_KEY, 0)} of {world_size} ranks chose "
+                               f"a backend in {timeout_s:.0f} s; the others never joined")
+        time.sleep(0.01)
+    return "gloo" if store.add(_SHARED_GPU_KEY, 0) else "nccl"
+
+
+def _host_copy(tensor: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of `tensor` (always a new tensor, so the caller may change its own)."""
+    return tensor.detach().to("cpu", copy=True)
+
+
+class _Staged:
+    """A receive into host memory: wait() waits for it, then copies it into the real tensor
+    (once)."""
+
+    def __init__(self, work, deliver):
+        self._work, self._deliver = work, deliver
+
+    def wait(self, timeout=None) -> bool:
+        if timeout is None:
+            self._work.wait()
+        else:
+            self._work.wait(timeout)
+        if self._deliver is not None:
+            deliver, self._deliver = self._deliver, None
+            deliver()
+        return True
+
+    def is_completed(self) -> bool:
+        return self._work.is_completed()
 
 
 class _Modeled:

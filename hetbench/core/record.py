@@ -97,7 +97,22 @@ def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
         **time_breakdown(all_events),
         "train_cpu_s": train_cpu_s(run_dir, done),
         **network_fidelity(config, done),
+        **transport(done),
     }
+
+
+def transport(done: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """The backend the world used and each rank's device (their done records; none for a run
+    of an older hetbench): `backend` reads "gloo, point to point via host" where ranks shared
+    a GPU over gloo, which has no CUDA path for point to point."""
+    records = [r.get("transport") if r else None for r in done]
+    known = [r for r in records if r]
+    if not known:
+        return {}
+    backends = sorted({r["backend"] + (", point to point via host"
+                                       if r.get("host_staged_p2p") else "") for r in known})
+    return {"backend": "; ".join(backends),
+            "devices": [r["device"] if r else None for r in records]}
 
 
 def network_fidelity(config: RunConfig, done: list[dict[str, Any] | None]) -> dict[str, Any]:

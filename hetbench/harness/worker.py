@@ -172,8 +172,10 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous,
     device = pick_device(config.device, rdzv.local_rank)
     _progress["phase"] = "joining the process group"
     comm = Comm.connect(rank, world_size, None, None, device, config.host_timeout_s,
-                        store=rdzv.store)
-    _note(rank, f"joined the world of {world_size} ranks ({comm.backend}, {device})")
+                        store=rdzv.store, local_rank=rdzv.local_rank)
+    _progress["transport"] = comm.describe()
+    staged = ", point to point through host memory" if comm.stages_through_host else ""
+    _note(rank, f"joined the world of {world_size} ranks ({comm.backend}, {device}{staged})")
     try:
         workers = list(range(config.workers))
         comm.group(workers)  # collective over the world: every rank creates it, now
@@ -279,7 +281,7 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
         return host_ns if k == 1.0 else t0_ns + round((host_ns - t0_ns) / k)
 
     end_compute = ctx.end_compute = ComputeEnd(config.injector(), rank,
-                                               k * config.pace_ms / 1000)
+                                               k * config.pace_ms / 1000, device)
     batch_size = options.batch_size
     agree_on_stop = algorithm.synchronous and config.seconds is not None
     fault = parse_fault(config.fault, config.workers)
@@ -336,6 +338,7 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
             # Communication that started inside backward counts from end_compute on.
             t_sync = cluster_ns(end_compute.t_end_ns)
             info = algorithm.step(ctx, model, optimizer)
+            end_compute.synchronize()  # the step's own device work (its update) is the step's
             t_end = cluster_ns(time.time_ns())
             step_s = (t_end - t_sync) / 1e9
             wait_s = min(info.wait_s / k, step_s)
@@ -556,6 +559,7 @@ def main(argv: list[str] | None = None) -> None:
             services = _services(config, args.run_dir, rdzv, stack)
             run_worker(args.run_dir, config, rdzv, services)
         write_done(args.run_dir, rank, {"train_cpu_s": _progress.get("train_cpu_s"),
+                                        "transport": _progress.get("transport"),
                                         **_progress.get("finish", {})})
     except BaseException as exc:
         write_error(args.run_dir, rank, {

@@ -427,6 +427,21 @@ def waits_text(report: Report) -> str:
     return text
 
 
+def _text(value) -> str:
+    """A summary field as text, "" where the run has none (NaN in the DataFrame)."""
+    return value if isinstance(value, str) else ""
+
+
+def _devices(devices) -> str:
+    """Each rank's device, counted: "cuda:0 x2, cpu x1" (a parameter server's rank may differ)."""
+    if not isinstance(devices, list):
+        return ""
+    counts: dict[str, int] = {}
+    for device in devices:
+        counts[str(device)] = counts.get(str(device), 0) + 1
+    return ", ".join(f"{device} x{n}" for device, n in counts.items())
+
+
 def metadata(runs: pd.DataFrame) -> pd.DataFrame:
     """Per run: status, how it was measured (pacing, synthetic, emulated) and where (env.json)."""
     rows = []
@@ -442,5 +457,6 @@ def metadata(runs: pd.DataFrame) -> pd.DataFrame:
             "python": env.get("python", ""), "torch": env.get("torch", ""),
             "host": env.get("hostname", ""), "cpus": env.get("cpu_count", ""),
             "gpu": env.get("gpu") or "none", "platform": env.get("platform", ""),
+            "backend": _text(run.get("backend")), "devices": _devices(run.get("devices")),
         })
     return pd.DataFrame(rows)

@@ -55,3 +55,71 @@ def test_groups_formed_on_the_fly_work_or_are_refused_at_once():
         assert value == pytest.approx(1.5)
         assert "p_reduce_" in refused and "\n" not in refused
         assert took_s < 1.0  # refused at once, not after the 20 s timeout
+
+
+def _staged_point_to_point(comm):
+    """Point to point as ranks sharing a GPU over gloo run it (through host copies), forced on
+    CPU tensors: gloo has no CUDA path for it, so a CUDA tensor is sent from, and received
+    into, a host copy."""
+    import hetbench.comm.comm as comm_module
+
+    copies = []
+    real_copy = comm_module._host_copy
+    comm_module._host_copy = lambda t: copies.append(t.numel()) or real_copy(t)
+    comm.stages_through_host = True
+    out = {}
+    if comm.rank == 0:
+        message = torch.arange(4.0)
+        work = comm.isend(message, dst=1, tag=3)
+        message.fill_(-1.0)  # the copy was sent, not what the tensor holds once isend returned
+        work.wait()
+        comm.send(torch.tensor([7.0, 8.0]), dst=1)
+    else:
+        first = torch.zeros(4)
+        work = comm.irecv(first, src=0, tag=3)
+        assert work.wait()
+        second = torch.zeros(2)
+        out["sender"] = comm.recv(second)  # any sender
+        out["first"], out["second"] = first.tolist(), second.tolist()
+    out["copies"] = copies
+    return out
+
+
+def test_point_to_point_through_host_copies_delivers_into_the_callers_tensor():
+    sender, receiver = on_ranks(_staged_point_to_point, 2)
+    assert sender["copies"] == [4, 2]  # each send went out as a host copy
+    assert receiver["first"] == [0.0, 1.0, 2.0, 3.0]
+    assert receiver["second"] == [7.0, 8.0]
+    assert receiver["sender"] == 0
+
+
+def _vote(local_ranks, gpus, monkeypatch):
+    """Each rank's choose_backend for ranks at these local indices on hosts of `gpus` GPUs,
+    one thread a rank around one real in-process store."""
+    import threading
+
+    import torch.distributed as dist
+
+    from hetbench.comm.comm import choose_backend
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    store = dist.HashStore()
+    chosen = [None] * len(local_ranks)
+
+    def rank(i):
+        chosen[i] = choose_backend(torch.device("cuda", local_ranks[i] % gpus), local_ranks[i],
+                                   store, len(local_ranks), timeout_s=10)
+
+    threads = [threading.Thread(target=rank, args=(i,)) for i in range(len(local_ranks))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return chosen
+
+
+def test_ranks_sharing_a_gpu_all_choose_gloo_and_ranks_with_their_own_choose_nccl(monkeypatch):
+    assert _vote([0, 1], gpus=2, monkeypatch=monkeypatch) == ["nccl", "nccl"]
+    # Two hosts of 2 GPUs, the second with 3 ranks: only its third rank sees the sharing.
+    assert _vote([0, 1, 0, 1, 2], gpus=2, monkeypatch=monkeypatch) == ["gloo"] * 5
+    assert _vote([0, 1], gpus=1, monkeypatch=monkeypatch) == ["gloo", "gloo"]

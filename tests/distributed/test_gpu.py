@@ -1,7 +1,13 @@
-"""The CUDA/NCCL paths: skipped here (no GPU); run them on a machine with 2+ GPUs.
+"""The CUDA paths: skipped here (no GPU). On a machine with a GPU:
 
     .venv/bin/pytest -q -m gpu tests/distributed/test_gpu.py
+
+(or benchmarks/gpu_check.py, which runs this file among its checks). With one GPU the ranks
+share it over gloo; the NCCL tests (marked multi_gpu) need one GPU per rank and skip with the
+GPU count as their reason.
 """
+
+import time
 
 import numpy as np
 import pytest
@@ -22,6 +28,7 @@ def _nccl_preduce(comm, members):
     return t.cpu().tolist()
 
 
+@pytest.mark.multi_gpu
 def test_preduce_on_nccl_member_groups_holds_the_group_mean():
     world = torch.cuda.device_count()
     members = [0, world - 1]
@@ -33,14 +40,85 @@ def test_preduce_on_nccl_member_groups_holds_the_group_mean():
         assert torch.allclose(t, expected)
 
 
-@pytest.mark.parametrize("algorithm", ["allreduce", "prague-static", "dpsgd"])
+def _every_primitive_on_cuda(comm):
+    """Each Comm primitive the algorithms use, on CUDA tensors."""
+    out = {"backend": comm.backend, "staged": comm.stages_through_host}
+    cuda = comm.device
+    t = torch.full((5,), float(comm.rank + 1), device=cuda)
+    comm.average_(t)
+    out["average"] = t.tolist()
+    b = torch.full((3,), float(comm.rank), device=cuda)
+    comm.broadcast_(b, src=1)
+    out["broadcast"] = b.tolist()
+    comm.end_setup()
+    p = _values(comm.rank).to(cuda)
+    comm.p_reduce_(p, [0, 1])
+    out["p_reduce"] = p.cpu().tolist()
+    if comm.rank == 0:
+        message = torch.arange(6.0, device=cuda)
+        comm.isend(message, dst=1, tag=5).wait()
+        comm.send(torch.tensor([4.0, 2.0], device=cuda), dst=1)
+    else:
+        first = torch.zeros(6, device=cuda)
+        comm.irecv(first, src=0, tag=5).wait()
+        second = torch.zeros(2, device=cuda)
+        out["sender"] = comm.recv(second)
+        assert first.device == second.device == cuda  # delivered into the caller's tensors
+        out["first"], out["second"] = first.tolist(), second.tolist()
+    return out
+
+
+def test_two_ranks_run_every_comm_primitive_on_cuda_tensors():
+    results = on_ranks(_every_primitive_on_cuda, 2, device_type="cuda")
+    shared = torch.cuda.device_count() < 2
+    for r in results:
+        assert r["backend"] == ("gloo" if shared else "nccl")
+        assert r["staged"] == shared
+        assert r["average"] == [1.5] * 5
+        assert r["broadcast"] == [1.0] * 3
+        assert np.allclose(r["p_reduce"], ((_values(0) + _values(1)) / 2).tolist())
+    assert results[1]["first"] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert results[1]["second"] == [4.0, 2.0]
+    assert results[1]["sender"] == 0
+
+
+def test_compute_time_waits_for_the_gpu():
+    """ComputeEnd's compute time on a real GPU: at least the kernels' own time (CUDA events),
+    though the host returns from launching them at once."""
+    from hetbench.harness.compute_end import ComputeEnd
+    from hetbench.slowdown import parse_slowdown
+
+    device = torch.device("cuda", 0)
+    a = torch.randn(4096, 4096, device=device)
+    torch.cuda.synchronize(device)
+    end = ComputeEnd(parse_slowdown("none", seed=1), rank=0, pace_s=0.0, device=device)
+    start_event, end_event = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+    end.begin(0, 0.0)
+    launched = time.time_ns()
+    start_event.record()
+    for _ in range(50):
+        a = (a @ a).clamp_(-1, 1)
+    end_event.record()
+    launch_s = (time.time_ns() - launched) / 1e9
+    end()
+    kernels_s = start_event.elapsed_time(end_event) / 1e3
+    assert end.compute_s >= 0.95 * kernels_s, (end.compute_s, kernels_s, launch_s)
+
+
+@pytest.mark.parametrize("algorithm", ["allreduce", "prague-static", "dpsgd", "sgp"])
 def test_cuda_run_matches_the_cpu_run(tmp_path, algorithm):
     workers = 2
     fields = dict(algorithm=algorithm, workload="mlp-digits", workers=workers, iterations=12,
                   warmup_iterations=2, save_models=True, seed=3)
+    if algorithm == "prague-static":
+        fields["algorithm_options"] = {"workers_per_node": 2}
     cpu = run_config(tmp_path / "cpu", device="cpu", **fields)
     cuda = run_config(tmp_path / "cuda", device="cuda", **fields)
     assert cpu["status"] == "ok" and cuda["status"] == "ok", (cpu["cause"], cuda["cause"])
+    shared = torch.cuda.device_count() < workers
+    assert cuda["backend"] == ("gloo, point to point via host" if shared else "nccl")
+    assert all(d.startswith("cuda") for d in cuda["devices"])
+    assert cpu["backend"] == "gloo" and cpu["devices"] == ["cpu"] * workers
     for a, b in zip(final_models(tmp_path / "cpu", workers),
                     final_models(tmp_path / "cuda", workers), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
