@@ -3,7 +3,8 @@
     PYTHONPATH=. python3 benchmarks/gpu_check.py --out DIR            # on the GPU machine
     PYTHONPATH=. python3 benchmarks/gpu_check.py --out DIR --device cpu --quick  # its own check
 
-1. matrix: every registered algorithm, 2 workers on mlp-digits, once with device = "cuda" (both
+1. matrix: every registered algorithm, 2 workers on mlp-digits (the quick matrix's pace and
+   target, 100 iterations), once with device = "cuda" (both
    ranks share the GPU when there is one: gloo, point to point through host memory) and once
    with device = "cpu", side by side. Each run must end ok with its ranks on the device asked
    for; where the protocol is deterministic (no decision depends on timing) the final models
@@ -54,7 +55,10 @@ def matrix_text(device: str, algorithms: list[str], iterations: int) -> str:
              f"algorithms = {json.dumps(algorithms)}",
              'workloads = ["mlp-digits"]', "workers = [2]", 'slowdown = ["none"]', "seeds = [3]",
              f"iterations = {iterations}", "warmup_iterations = 2", f'device = "{device}"',
-             "save_models = true", "comm_timeout_s = 20"]
+             "save_models = true", "comm_timeout_s = 20",
+             # As the quick matrix: its pace floor, and its target (the search for the moment
+             # it was met sends every worker's models to rank 0: point to point).
+             "pace_ms = 10", 'target = "accuracy:0.85"']
     for name, options in TWO_WORKER_OPTIONS.items():
         if name in algorithms:
             lines.append(f"[algorithm.{name}]")
@@ -140,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="cpu: every step on CPU, to check this script")
     parser.add_argument("--quick", action="store_true",
                         help="three algorithms, a tiny compute table (the CPU check)")
-    parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--shards", type=int, default=2,
                         help="the device half of the matrix as this many concurrent bench runs")
     parser.add_argument("--skip", default="", help="comma-separated steps to skip: "
