@@ -11,7 +11,10 @@
    must equal the CPU run's within float tolerance.
 2. tests: tests/distributed/test_gpu.py (what one GPU allows; the multi-GPU NCCL tests skip
    with a reason naming the GPU count).
-3. compute: benchmarks/gpu_compute.py, the papers' models' per-iteration compute.
+3. timing: real compute with a fixed 3x straggler, both places compute can end (after
+   backward, inside DDP's backward): the straggler's compute + slowdown is 3x its compute, and
+   no rank's compute is shorter than the model's own GPU time.
+4. compute: benchmarks/gpu_compute.py, the papers' models' per-iteration compute.
 
 Everything lands under --out: matrix-cuda-<shard>/ and matrix-cpu/ (the runs), checks.json,
 compute.json, and each step's log; --bundle copies what matters into a few files. `--device cpu`
@@ -64,6 +67,61 @@ def matrix_text(device: str, algorithms: list[str], iterations: int) -> str:
             lines.append(f"[algorithm.{name}]")
             lines += [f"{k} = {json.dumps(v)}" for k, v in options.items()]
     return "\n".join(lines) + "\n"
+
+
+def timing_matrix(device: str, quick: bool) -> tuple[str, str, int]:
+    """Real compute with a fixed 3x straggler (rank 1), through the harness's two places compute
+    can end: after backward (impl = buckets) and inside DDP's backward (impl = ddp). The
+    model is GPU-bound (ResNet-200's CIFAR form, 128 images): its kernels run well after the
+    host has queued them, so a compute time read without waiting for them comes out short."""
+    workload, batch = ("resnet18", 4) if quick else ("resnet200", 128)
+    text = "\n".join([
+        f'name = "gpu-timing-{device}"', 'algorithms = ["allreduce"]',
+        f'workloads = ["{workload}"]', "workers = [2]", 'slowdown = ["det:3@1"]', "seeds = [1]",
+        f"iterations = {4 if quick else 20}", "warmup_iterations = 2", f'device = "{device}"',
+        "comm_timeout_s = 60",
+        "[algorithm.allreduce]", 'impl = ["buckets", "ddp"]',
+        f"[workload.{workload}]", "synthetic = true", f"batch_size = {batch}"]) + "\n"
+    return text, workload, batch
+
+
+def check_timing(out: Path, workload: str, batch: int) -> list[dict]:
+    """Rank 1's (compute + slowdown) / compute is 3 at each iteration, and each rank's compute
+    is no shorter than the model's own GPU time (the compute table's, one process alone)."""
+    import statistics
+
+    from hetbench.core.store import read_jsonl
+    from hetbench.reports.load import load_runs
+
+    table = json.loads((out / "compute.json").read_text())["rows"]
+    alone_ms = next((r["median_ms"] for r in table if r["workload"] == workload
+                     and r["input"] == "cifar10-32" and r["batch"] == batch
+                     and "median_ms" in r), None)
+    checks = []
+    for _, run in load_runs(out / "timing").iterrows():
+        check = {"check": f"timing {run['algorithm']} {workload} det:3@1", "ok": False}
+        if run["status"] != "ok":
+            check["detail"] = f"run {run['status']}: {run.get('cause')}"
+            checks.append(check)
+            continue
+        per_rank = {}
+        for rank in (0, 1):
+            events = read_jsonl(Path(run["run_dir"]) / f"events.rank{rank}.jsonl")[0][2:]
+            per_rank[rank] = {
+                "compute_ms": statistics.median(e["compute_s"] for e in events) * 1e3,
+                "ratio": statistics.median((e["compute_s"] + e["slowdown_s"]) / e["compute_s"]
+                                           for e in events)}
+        ratio = per_rank[1]["ratio"]
+        shortest = min(r["compute_ms"] for r in per_rank.values())
+        check["ok"] = bool(abs(ratio - 3) < 0.15 and alone_ms is not None
+                           and shortest >= 0.9 * alone_ms)
+        computes = [round(r["compute_ms"], 1) for r in per_rank.values()]
+        check["detail"] = (f"rank 1 (compute + slowdown) / compute = {ratio:.3f} (want 3); "
+                           f"compute ms per rank {computes} against {alone_ms} ms alone "
+                           "(compute table)")
+        check.update(per_rank=per_rank, alone_ms=alone_ms)
+        checks.append(check)
+    return checks
 
 
 def run_logged(cmd: list[str], log: Path, timeout_s: float, env=None) -> subprocess.Popen:
@@ -148,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, default=2,
                         help="the device half of the matrix as this many concurrent bench runs")
     parser.add_argument("--skip", default="", help="comma-separated steps to skip: "
-                        "matrix, tests, compute")
+                        "matrix, tests, timing, compute")
     parser.add_argument("--bundle", type=Path,
                         help="also copy checks.json, compute.json and a tarball of the rest "
                              "(models left out) here: what a device call brings back")
@@ -216,6 +274,16 @@ def main(argv: list[str] | None = None) -> int:
         checks.append({"check": "tests/distributed/test_gpu.py", "ok": codes["tests"] == 0,
                        "detail": f"exit {codes['tests']}: " + " | ".join(tail)})
 
+    timing = None
+    if "timing" not in skip:
+        t0 = time.monotonic()
+        text, workload, batch = timing_matrix(args.device, args.quick)
+        (out / "timing.toml").write_text(text)
+        code = finish(run_logged([py, "-m", "hetbench", "run", str(out / "timing.toml"),
+                                  "--out", str(out / "timing")], out / "timing.log", 180, env))
+        print(f"timing: exit {code} in {time.monotonic() - t0:.0f} s", flush=True)
+        timing = (workload, batch)
+
     if "compute" not in skip:
         t0 = time.monotonic()
         cmd = [py, "benchmarks/gpu_compute.py", "--device", args.device,
@@ -225,6 +293,12 @@ def main(argv: list[str] | None = None) -> int:
         code = finish(run_logged(cmd, out / "compute.log", 240, env))
         checks.append({"check": "compute table", "ok": code == 0,
                        "detail": f"exit {code} in {time.monotonic() - t0:.0f} s"})
+    if timing is not None:
+        try:
+            checks += check_timing(out, *timing)
+        except Exception as exc:
+            checks.append({"check": "timing", "ok": False,
+                           "detail": f"could not read the runs: {type(exc).__name__}: {exc}"})
 
     (out / "checks.json").write_text(json.dumps(checks, indent=1, default=str))
     for check in checks:
