@@ -101,6 +101,7 @@ class RunConfig:
         algo_cls.validate(algo_cfg, self.workers)
         load_cls = self.workload_class()
         load_cfg = build_config(load_cls.Config, self.workload_options, f"workload {self.workload}")
+        load_cfg = self._with_preset_compute(load_cfg)
         load_cls.validate(load_cfg)
         if getattr(load_cfg, "compute", "real") == "emulated" and (
                 why := algo_cls.needs_real_compute(algo_cfg)):
@@ -123,6 +124,23 @@ class RunConfig:
         parse_fault(self.fault, self.workers)
         object.__setattr__(self, "algorithm_options", dataclasses.asdict(algo_cfg))
         object.__setattr__(self, "workload_options", dataclasses.asdict(load_cfg))
+
+    def _with_preset_compute(self, load_cfg):
+        """The workload's options with compute_ms from its compute_preset, if it names one."""
+        preset = getattr(load_cfg, "compute_preset", "")
+        if not preset:
+            return load_cfg
+        from hetbench.core.compute_presets import preset_compute_ms
+
+        if load_cfg.compute != "emulated":
+            raise UserError(f"workload {self.workload}: compute_preset {preset!r} sets the "
+                            "emulated compute time; it needs compute = \"emulated\"")
+        ms = preset_compute_ms(preset, self.workload, load_cfg)
+        given = self.workload_options.get("compute_ms")
+        if given is not None and given != ms:  # a config.json read back holds the preset's
+            raise UserError(f"workload {self.workload}: compute_ms = {given} and compute_preset "
+                            f"{preset!r} ({ms} ms) disagree; set one of them")
+        return dataclasses.replace(load_cfg, compute_ms=ms)
 
     # -- components --------------------------------------------------------------------------
     def algorithm_class(self):

@@ -29,6 +29,9 @@ class WorkloadOptions:
         "gradients (throughput only, never convergence)",
     )
     compute_ms: float = opt(100.0, "per-iteration compute time when compute = emulated")
+    compute_preset: str = opt(
+        "", "compute = emulated: compute_ms measured on a named GPU for this workload and "
+            "batch_size (\"h200\"; hetbench/core/compute_presets.py)", added_later=True)
 
     def __post_init__(self):
         if self.batch_size < 1:
