@@ -6,6 +6,8 @@ so the whole Algorithm contract is visible in one screen:
 
 1. Options: a frozen kw_only dataclass; each field's `opt(default, doc)` shows up in `bench list`
    and can be set from a matrix file as `[algorithm.local-sgd] period = 8`.
+   Import everything from `hetbench.api` (the public plugin API; every other module of
+   hetbench is internal and may move), as this file does.
 2. `validate` rejects bad values before any process starts (raise UserError, one line).
 3. `setup` runs on every rank before the clock starts: create process groups here.
 4. `step` is called after forward/backward with gradients in p.grad: apply the local update and
@@ -18,15 +20,43 @@ so the whole Algorithm contract is visible in one screen:
 5. `intended_sync_share` says how often the protocol means to average (here 1 step in
    `period`); a report flags a run that averages markedly less than that. Without it the
    harness assumes every iteration.
-6. `synchronous = True` because every worker takes part in every average; asynchronous
-   algorithms set it False and drain in `finish`.
+6. `synchronous = True` because every worker takes part in every average. Set it True only
+   when every worker runs the same collective at every iteration in the same order: a
+   wall-clock budget (`seconds`) is then agreed each iteration by a collective, so no worker
+   leaves while its peers still wait for it. Anything else (pairs, groups formed on the fly, a
+   server, a serving thread) sets it False, and drains in `finish` what peers may still ask.
 7. The simulated half (optional; `bench sim` refuses an algorithm without one): a Protocol
    subclass that plays the same rules in simulated time, named by `simulated_protocol`. The
-   engine calls `ready(w)` when worker w's gradient is ready (at engine.now); the protocol
-   decides when w's step ends and calls `engine.end_step(w, t_end, wait_s, fields, peers=...,
-   staleness=...)` with what the real step's StepInfo would say. Costs come
-   from engine.network (alpha + bytes/beta per message, ring_allreduce, p_reduce) and sizes
-   from self.model_bytes; draw any randomness from the same seeds the real step uses.
+   engine (`self.eng`) calls `ready(w)` when worker w's gradient is ready (at `self.eng.now`);
+   the protocol decides when w's step ends and calls `self.eng.end_step(w, t_end, wait_s,
+   fields, peers=..., staleness=...)` with what the real step's StepInfo would say. Costs come
+   from `self.net` (hetbench.api's docstring lists them: `ring(members, nbytes, at, active)`
+   for a ring all-reduce, `message_to(src, dst, nbytes, at, active)` for a message,
+   `p_reduce(...)`, `rpc_one_way(w)`), sizes from `self.model_bytes`; draw any randomness
+   from the same seeds the real step uses. A pairwise protocol (worker w averages with one
+   partner p) looks like this:
+
+       def ready(self, w):
+           p = self.partner(w)
+           self.arrived[w] = self.eng.now
+           if p not in self.arrived:
+               return                      # the first of the pair waits for the other
+           start = self.eng.now            # events run in time order: now is the later arrival
+           end = self.net.ring((w, p), self.model_bytes, start, self.eng.active)
+           for x in (w, p):
+               self.eng.end_step(x, end, start - self.arrived.pop(x), peers=1, staleness=0.0)
+
+   `lockstep = True` (with `step_all`, as below) lets the engine play every worker's k-th step
+   at once, far faster at thousands of workers; it is allowed only when worker w's k-th step
+   ends at a time the k-th gradients alone decide, whatever order events run in. Protocols
+   whose costs depend on what else happens at that instant (a NIC queue other messages are
+   in, a count of active processes that varies with who is computing) or on the order of
+   arrivals (pairs formed by who comes first) do not qualify: leave lockstep False. The
+   event path is the reference; tests/unit/test_sim_lockstep.py checks a lockstep protocol
+   against it.
+   Default costs are a generic machine's: `bench sim --fit-from RESULTS` fits them to real
+   runs of yours (throughput and messages) before you trust a prediction, and `--against
+   RESULTS` then shows each cell's error.
 
 To ship your own as a plugin, put the class in your package and declare an entry point:
 
@@ -43,11 +73,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hetbench.core.algorithm import Algorithm, StepInfo
-from hetbench.core.options import opt
-from hetbench.core.tensors import flat_params, set_flat_params
-from hetbench.errors import UserError
-from hetbench.sim.protocol import Protocol, Steps
+from hetbench.api import (
+    Algorithm,
+    Protocol,
+    StepInfo,
+    Steps,
+    UserError,
+    flat_params,
+    opt,
+    set_flat_params,
+)
 
 
 @dataclass(frozen=True, kw_only=True)

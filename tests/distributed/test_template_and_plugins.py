@@ -31,8 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hetbench.core.algorithm import Algorithm, StepInfo
-from hetbench.core.options import opt
+from hetbench.api import Algorithm, StepInfo, opt
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,6 +79,70 @@ def test_entry_point_plugin_is_listed_and_runs(tmp_path, bench, cli_env):
     assert '"plugin":true' in events
     report = bench("report", out, env=env, timeout=120)
     assert report.returncode == 0 and "scaled-allreduce" in (out / "report.csv").read_text()
+
+
+def test_the_template_imports_only_the_public_api():
+    """What a plugin author copies imports nothing internal, and every name it uses is public."""
+    import ast
+    from pathlib import Path
+
+    import hetbench.api
+    import hetbench.algorithms.template as template
+
+    tree = ast.parse(Path(template.__file__).read_text())
+    modules = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+               and (node.module or "").startswith("hetbench")}
+    names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+             and node.module == "hetbench.api" for alias in node.names}
+    assert modules == {"hetbench.api"}
+    assert names <= set(hetbench.api.__all__)
+
+
+OLD_STYLE = '''
+from dataclasses import dataclass
+
+import torch
+
+from hetbench.algorithms.base import Algorithm, StepInfo
+from hetbench.harness.context import WorkerContext
+from hetbench.harness.options import opt
+from hetbench.harness.tensors import flat_params, set_flat_params
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    weight: float = opt(0.5, "weight of the own model in the average")
+
+
+class OldStyle(Algorithm):
+    """Written against the previous release's module paths."""
+
+    name = "old-style"
+    description = "a plugin of the previous release"
+    Config = Options
+
+    @torch.no_grad()
+    def step(self, ctx: WorkerContext, model, optimizer):
+        optimizer.step()
+        params = flat_params(model)
+        ctx.comm.average_(params, members=ctx.worker_ranks)
+        set_flat_params(model, params)
+        return StepInfo(peers=ctx.workers - 1, staleness=0.0)
+'''
+
+
+def test_a_plugin_on_the_previous_paths_runs_and_is_told_the_new_import(tmp_path, bench,
+                                                                         cli_env):
+    env = _install_plugin(tmp_path, OLD_STYLE, "old-style = my_plugin:OldStyle", cli_env)
+    out = tmp_path / "out"
+    ran = bench("run", "--algorithms", "old-style", "--workloads", "svm", "--workers", "2",
+                "--iterations", "12", "--out", out, env=env)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    summary = json.loads(next(out.glob("old-style-*/summary.json")).read_text())
+    assert summary["status"] == "ok" and summary["throughput"] > 0
+    for old in ("hetbench.algorithms.base", "hetbench.harness.context",
+                "hetbench.harness.options", "hetbench.harness.tensors"):
+        assert f"{old} moved: import from hetbench.api instead" in ran.stderr, ran.stderr
 
 
 LAZY = '''
@@ -132,8 +195,7 @@ def test_a_plugin_that_does_not_synchronize_is_flagged_in_every_report_file(tmp_
 PAIRS = '''
 import torch
 
-from hetbench.core.algorithm import Algorithm, StepInfo
-from hetbench.core.tensors import flat_params, set_flat_params
+from hetbench.api import Algorithm, StepInfo, flat_params, set_flat_params
 
 
 class PairSGD(Algorithm):

@@ -23,6 +23,7 @@ LAYERS = [
     "hetbench.core",
     "hetbench.workloads",
     "hetbench.sim",
+    "hetbench.api",
     "hetbench.algorithms",
     "hetbench.harness",
     "hetbench.reports",

@@ -1,0 +1,7 @@
+"""Deprecated: the previous release's path of Algorithm and StepInfo (now hetbench.api)."""
+
+from hetbench.core.algorithm import *  # noqa: F403
+from hetbench.core.algorithm import Algorithm, NoOptions, StepInfo  # noqa: F401
+from hetbench.core.moved import moved
+
+moved("hetbench.algorithms.base", "hetbench.api")

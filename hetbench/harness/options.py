@@ -1,0 +1,7 @@
+"""Deprecated: the previous release's path of opt (now hetbench.api)."""
+
+from hetbench.core.moved import moved
+from hetbench.core.options import *  # noqa: F403
+from hetbench.core.options import build_config, describe_options, opt  # noqa: F401
+
+moved("hetbench.harness.options", "hetbench.api")
