@@ -86,8 +86,8 @@ def test_the_template_imports_only_the_public_api():
     import ast
     from pathlib import Path
 
-    import hetbench.api
     import hetbench.algorithms.template as template
+    import hetbench.api
 
     tree = ast.parse(Path(template.__file__).read_text())
     modules = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
