@@ -10,6 +10,7 @@ from hetbench.core.metrics import throughput_window
 from hetbench.errors import UserError
 from hetbench.reports.load import load_events
 from hetbench.reports.plots import new_figure
+from hetbench.reports.waits import run_waits, with_inferred_waits
 
 #: Drawn in this order inside each iteration: the harness times the phases in this order, except
 #: that it cannot tell where inside a step the waiting fell, so waiting is drawn before comm.
@@ -74,6 +75,8 @@ def timeline_plot(run_dir: str | Path, path: Path, warmup_iterations: int = 5,
         raise UserError(f"run {Path(run_dir).name} has no events to draw; pick another run")
     by_rank = {int(r): g.sort_values("iteration").to_dict("records")
                for r, g in events.groupby("rank")}
+    # Waiting the log counts inside communication (allreduce's) is drawn as waiting.
+    by_rank = with_inferred_waits(by_rank, run_waits(run_dir, by_rank))
     window = throughput_window(by_rank, warmup_iterations)
     t0 = window[0] if window else int(events["t_start"].min())
     # A fixed span in typical iterations keeps single bars readable at any speed.

@@ -5,7 +5,10 @@ One track (thread) per worker, in one process named by the run id. Each iteratio
 five back-to-back "X" (complete) spans: compute, slowdown (injected), group generator (Prague's
 request for its group: the event's gg_s, part of the logged comm_s), wait, comm. Their durations
 are the logged seconds, so a worker's spans sum to its logged compute_s, slowdown_s, wait_s and
-comm_s. The harness stamps t_start and the moment the step began (compute + slowdown before it),
+comm_s; where the log counts waiting inside communication (allreduce: the "all" rule of
+reports/waits.py), the wait inferred from the arrivals is drawn as wait and the rest as comm
+(with_inferred_waits; the wait span then says "inferred"). The harness stamps t_start and the
+moment the step began (compute + slowdown before it),
 and t_end; inside a step it logs only how long the algorithm was blocked, not when, so the order
 group generator -> wait -> comm is inferred (Prague asks for its group before its P-Reduce; the
 other algorithms' wait is drawn first as in the PNG timeline). Time between a step's end and the
@@ -14,8 +17,7 @@ length (snapshot_s) but not where it fell.
 
 Args carry the iteration ("it"), the step's synchronization fields (group, group_id, peer,
 peers, used neighbours) on its wait and comm spans, and "on": the worker the wait is attributed
-to (reports/waits.py), on the wait span, or on the comm span with the inferred seconds as "on_s"
-where the log has no wait (allreduce's is inside comm). Hop's skips are instant events.
+to (reports/waits.py), on the wait span. Hop's skips are instant events.
 
 Kept compact for whole runs: no indentation, short arg keys, times in microseconds relative to
 the run's first step (3 decimals: ns), zero-length spans left out. 16 workers x 3000 iterations
@@ -30,7 +32,7 @@ from typing import Any
 
 from hetbench.core.store import read_json
 from hetbench.errors import UserError
-from hetbench.reports.waits import load_rank_events, run_waits
+from hetbench.reports.waits import load_rank_events, run_waits, with_inferred_waits
 
 #: Logged fields copied into the sync spans' args (what the step met).
 SYNC_FIELDS = ("group", "group_id", "peer", "peers", "used", "served", "schedule_step")
@@ -45,6 +47,7 @@ def trace_events(run_dir: str | Path) -> dict[str, Any]:
         raise UserError(f"run {run_dir.name} has no events to trace; pick another run")
     config = read_json(run_dir / "config.json")
     waits = run_waits(run_dir, events)
+    events = with_inferred_waits(events, waits)
     slowed = waits.slowed()
     t0 = min(es[0]["t_start"] for es in events.values() if es)
     out: list[dict[str, Any]] = [
@@ -66,13 +69,11 @@ def trace_events(run_dir: str | Path) -> dict[str, Any]:
                       ("wait", e.get("wait_s", 0.0), {"it": k, **sync}),
                       ("comm", e.get("comm_s", 0.0) - gg_s, {"it": k, **sync})]
             if on is not None:
-                # Where the log has no wait (allreduce's is inside comm), the comm span says
-                # whom, and how long (inferred from the arrivals), it waited.
-                logged_wait = phases[3][1] > 0
-                args = phases[3][2] if logged_wait else phases[4][2]
-                args["on"] = on[0]
-                if not logged_wait:
-                    args["on_s"] = round(on[1], 6)
+                # The wait span says whom it waited on; where the log counted the wait inside
+                # comm (allreduce), the span is the seconds inferred from the arrivals.
+                phases[3][2]["on"] = on[0]
+                if e.get("wait_inferred"):
+                    phases[3][2]["inferred"] = True
             # Span edges on whole nanoseconds, each span starting where the previous one
             # ended: rounded separately, ts + dur could overlap the next span by a nanosecond,
             # and trace viewers then nest or drop it.

@@ -305,6 +305,29 @@ def run_waits(run_dir: str | Path, events: dict[int, list[dict]] | None = None) 
     return result
 
 
+def with_inferred_waits(events: dict[int, list[dict]], waits: RunWaits
+                        ) -> dict[int, list[dict]]:
+    """The events as the worker spent them: where the log counts waiting inside communication
+    (the "all" rule: allreduce's wait for the last arrival is inside its collective, so its
+    wait_s is 0), the inferred seconds move from comm_s to wait_s and the step's line says
+    `wait_inferred`. Timelines and traces draw these, so a straggler shows as waiting, not as a
+    slow network. Other steps are returned as they are."""
+    if waits.rule != "all" or not waits.per_step:
+        return events
+    drawn = {}
+    for rank, rank_events in events.items():
+        drawn[rank] = []
+        for e in rank_events:
+            found = waits.per_step.get((rank, e["iteration"]))
+            if found is None or e.get("wait_s", 0.0) > EPS:
+                drawn[rank].append(e)
+                continue
+            moved = min(found[1], max(e.get("comm_s", 0.0), 0.0))
+            drawn[rank].append({**e, "wait_s": moved, "comm_s": e.get("comm_s", 0.0) - moved,
+                                "wait_inferred": True})
+    return drawn
+
+
 def waits_long(all_waits: list[RunWaits]) -> pd.DataFrame:
     """waits.csv: a row per (run, worker, waited_on) with seconds and whether each is slowed."""
     frames = []

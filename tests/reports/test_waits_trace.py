@@ -124,10 +124,12 @@ def check_trace(run_dir: Path) -> dict:
         tolerance = 1e-8 * len(events[rank]) + 1e-9
         assert total["compute"] == pytest.approx(logged["compute_s"], abs=tolerance)
         assert total["slowdown"] == pytest.approx(logged["slowdown_s"], abs=tolerance)
-        assert total["wait"] == pytest.approx(logged["wait_s"], abs=tolerance)
-        # Prague's group-generator request is part of its logged comm_s.
-        assert total["comm"] + total["group generator"] == pytest.approx(logged["comm_s"],
-                                                                         abs=tolerance)
+        # Waiting inferred inside a logged comm_s (allreduce's) is drawn as wait: wait and
+        # comm together (and Prague's group-generator request, part of its comm_s) are the
+        # logged seconds, and no less waiting than logged is drawn.
+        assert total["wait"] >= logged["wait_s"] - tolerance
+        assert total["wait"] + total["comm"] + total["group generator"] == pytest.approx(
+            logged["wait_s"] + logged["comm_s"], abs=tolerance)
         assert {e["args"]["it"] for e in rank_spans if e["name"] == "compute"} == {
             e["iteration"] for e in events[rank]}
     return trace
@@ -135,11 +137,16 @@ def check_trace(run_dir: Path) -> dict:
 
 def test_trace_of_a_real_run_matches_its_logs(real_allreduce):
     trace = check_trace(real_allreduce)
-    comm = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["name"] == "comm"]
-    # allreduce logs no wait (it is inside comm): the comm span names whom it waited on.
-    on = [e["args"].get("on") for e in comm if e["tid"] != STRAGGLER]
-    assert on.count(STRAGGLER) >= 0.9 * len(on)
-    assert all(e["args"]["on_s"] > 0 for e in comm if "on" in e["args"])
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    # allreduce logs its wait inside comm: the trace draws the wait for the straggler (inferred
+    # from the arrivals) as a wait span that names it, and the transfer as comm.
+    waits = [e for e in spans if e["name"] == "wait" and e["tid"] != STRAGGLER]
+    comm = [e for e in spans if e["name"] == "comm" and e["tid"] != STRAGGLER]
+    on = [e["args"].get("on") for e in waits]
+    assert waits and on.count(STRAGGLER) >= 0.9 * len(on)
+    assert all(e["args"].get("inferred") for e in waits)
+    # The others wait most of each step for the straggler; the transfer itself is short.
+    assert sum(e["dur"] for e in waits) > 2 * sum(e["dur"] for e in comm)
     names = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"]
              if e["name"] == "thread_name"}
     assert names[STRAGGLER] == f"worker {STRAGGLER} (slowed)" and names[0] == "worker 0"
