@@ -148,6 +148,8 @@ def sync_fields(info: StepInfo) -> dict[str, Any]:
         fields["peers"] = info.peers
     if info.staleness is not None:
         fields["staleness"] = info.staleness
+    if info.peer_ranks is not None:
+        fields["peer_ranks"] = [int(r) for r in info.peer_ranks]
     return fields
 
 

@@ -406,8 +406,10 @@ WAITS_TEXT = (
     "of the run's waiting; `*` marks a slowed worker (its injected slowdown is over twice the "
     "median of the other workers' and over 10% of its compute). waits.csv has every (run, "
     "worker, waited-on) pair. Rules: {rules}.")
-RULE_NAMES = {"all": "all-worker collectives (allreduce, ps-sync)", "group": "groups (prague)",
-              "neighbours": "graph neighbours (dpsgd)", "peer": "one peer (adpsgd)"}
+RULE_NAMES = {"all": "all-worker collectives (allreduce, ps-sync, local-sgd, diloco)",
+              "group": "groups (prague)", "neighbours": "graph neighbours (dpsgd)",
+              "from": "the ranks each step met (sgp, time-varying dpsgd, plugins' peer_ranks)",
+              "peer": "one peer (adpsgd)"}
 WAITS_DETAIL_TEXT = (
     "Per worker: seconds waited, on whom (`unattributed_s`: waiting the rule cannot pin on a "
     "worker, e.g. transfer after everyone had arrived); the heatmap has a row per waiting worker "

@@ -18,12 +18,18 @@ The rule per kind of synchronization (RULES, quoted in the report):
 - neighbours (dpsgd): worker i's step k waits for its graph neighbours' steps k. Its logged
   wait_s up to the latest neighbour arrival is attributed to that neighbour; the rest (after
   everyone had arrived) is transfer time, left unattributed.
+- the ranks it met (sgp, dpsgd on a time-varying graph: the event's `from`; any algorithm,
+  plugins included, whose StepInfo gives `peer_ranks`): like neighbours, with the step's own
+  list of peers; where the step logged no wait_s, its waiting is inferred from the arrivals as
+  for all workers.
 - one peer (adpsgd): an active worker's wait_s is the round trip of its averaging request, ended
   by the reply of the passive peer it asked (event field `peer`): attributed to that peer. A
   passive worker waits only for its own serving thread's lock: unattributed.
 
-Not attributed (NOT_ATTRIBUTED says why): hop, ps-async, allreduce with impl=ddp/horovod, and any
-algorithm whose log does not say whom it met. Waiting that a rule cannot pin on a worker is
+local-sgd and diloco meet all workers at their averaging steps (rule "all"; their local steps,
+peers = 0, wait for nobody). Not attributed (NOT_ATTRIBUTED says why): hop, ps-async, osgp,
+allreduce-backup, allreduce with impl=ddp/horovod, and any algorithm whose log does not say whom
+it met. Waiting that a rule cannot pin on a worker is
 counted as UNATTRIBUTED, never guessed.
 """
 
@@ -53,6 +59,9 @@ RULES = {
              "members' steps are not in the log, e.g. drained after training, are unattributed)",
     "neighbours": "a worker's logged wait at iteration k is attributed to the neighbour whose "
                   "step k arrived last, up to that arrival; the rest is transfer, unattributed",
+    "from": "a worker's wait at iteration k (logged, or else inferred as for all workers) is "
+            "attributed to the one of the ranks its step met (the event's peer_ranks or from) "
+            "whose step k arrived last, up to that arrival; the rest is transfer, unattributed",
     "peer": "an active worker's logged wait is attributed to the passive peer it asked (whose "
             "reply ended it); a passive worker's wait for its own serving thread is "
             "unattributed",
@@ -64,6 +73,10 @@ NOT_ATTRIBUTED = {
            "the log does not split them",
     "ps-async": "a worker waits only for the server's reply to its own gradient, never for "
                 "another worker",
+    "osgp": "it mixes messages up to max_delay iterations old, and the log does not say each "
+            "one's iteration",
+    "allreduce-backup": "a step ends with the first workers' gradients and drops the rest; the "
+                        "log does not say whose gradients were used",
     "ddp": "allreduce with impl=ddp/horovod overlaps the all-reduce with backward; the wait "
            "is in comm_s, but who arrived last is not logged",
 }
@@ -148,22 +161,23 @@ def _rule_of(config: dict[str, Any], events: dict[int, list[dict]]) -> tuple[str
     if algorithm == "allreduce":
         impl = (config.get("algorithm_options") or {}).get("impl", "buckets")
         return ("all", "") if impl == "buckets" else (None, NOT_ATTRIBUTED["ddp"])
-    if algorithm == "ps-sync":
+    if algorithm in ("ps-sync", "local-sgd", "diloco"):
         return "all", ""
+    if algorithm == "sgp":
+        return "from", ""
     if algorithm == "dpsgd":
         topology = (config.get("algorithm_options") or {}).get("topology", "ring")
         from hetbench.algorithms.topologies import TIME_VARYING
 
-        if topology in TIME_VARYING:
-            return None, (f"its graph ({topology}) changes every iteration; only static "
-                          "graphs are attributed so far")
-        return "neighbours", ""
+        return ("from", "") if topology in TIME_VARYING else ("neighbours", "")
     if algorithm == "adpsgd":
         return "peer", ""
     if algorithm in NOT_ATTRIBUTED:
         return None, NOT_ATTRIBUTED[algorithm]
     if any("group" in e for rank_events in events.values() for e in rank_events[:1]):
         return "group", ""  # prague-* and any plugin that logs its P-Reduce members
+    if any("peer_ranks" in e for rank_events in events.values() for e in rank_events):
+        return "from", ""  # any algorithm whose StepInfo names the ranks it met
     return None, "its log does not say which workers each step synchronized with"
 
 
@@ -185,6 +199,10 @@ def _all(events: dict[int, list[dict]]):
     for iteration, met in by_iteration.items():
         if len(met) < len(events):
             continue  # not every worker logged it (a run cut short): no meeting to judge
+        # A step that met nobody (local SGD's local steps: peers = 0) waited for nobody.
+        met = {r: e for r, e in met.items() if e.get("peers") != 0}
+        if len(met) < 2:
+            continue
         last = max(met, key=lambda r: _arrival(met[r]))
         latest = _arrival(met[last])
         for rank, e in met.items():
@@ -239,6 +257,31 @@ def _neighbours(events: dict[int, list[dict]], graph):
                 yield rank, k, UNATTRIBUTED, waited - on_last
 
 
+def _from(events: dict[int, list[dict]]):
+    """Each step's waiting, on the latest arrival at its iteration among the ranks it met."""
+    arrivals = {rank: {e["iteration"]: _arrival(e) for e in rank_events}
+                for rank, rank_events in events.items()}
+    for rank, rank_events in events.items():
+        for e in rank_events:
+            met = e.get("peer_ranks", e.get("from")) or []
+            k, own = e["iteration"], _arrival(e)
+            theirs = {j: arrivals.get(j, {}).get(k) for j in met if j != rank}
+            logged = e.get("wait_s", 0.0)
+            if not theirs:
+                continue
+            if any(t is None for t in theirs.values()):
+                if logged > EPS:
+                    yield rank, k, UNATTRIBUTED, logged
+                continue
+            last = max(theirs, key=theirs.get)
+            on_last = min(max(0.0, (theirs[last] - own) / 1e9),
+                          logged if logged > EPS else _step_s(e))
+            if on_last > EPS:
+                yield rank, k, last, on_last
+            if logged - on_last > EPS:
+                yield rank, k, UNATTRIBUTED, logged - on_last
+
+
 def _peer(events: dict[int, list[dict]]):
     for rank, rank_events in events.items():
         for e in rank_events:
@@ -291,6 +334,8 @@ def run_waits(run_dir: str | Path, events: dict[int, list[dict]] | None = None) 
             result.rule, result.reason = None, f"its gossip graph cannot be rebuilt ({exc})"
             return result
         found = _neighbours(events, graph)
+    elif rule == "from":
+        found = _from(events)
     else:
         found = _peer(events)
     rows = []
@@ -309,10 +354,10 @@ def with_inferred_waits(events: dict[int, list[dict]], waits: RunWaits
                         ) -> dict[int, list[dict]]:
     """The events as the worker spent them: where the log counts waiting inside communication
     (the "all" rule: allreduce's wait for the last arrival is inside its collective, so its
-    wait_s is 0), the inferred seconds move from comm_s to wait_s and the step's line says
-    `wait_inferred`. Timelines and traces draw these, so a straggler shows as waiting, not as a
-    slow network. Other steps are returned as they are."""
-    if waits.rule != "all" or not waits.per_step:
+    wait_s is 0; and "from" for a step that logged no wait_s), the inferred seconds move from
+    comm_s to wait_s and the step's line says `wait_inferred`. Timelines and traces draw these,
+    so a straggler shows as waiting, not as a slow network. Other steps are returned as they are."""
+    if waits.rule not in ("all", "from") or not waits.per_step:
         return events
     drawn = {}
     for rank, rank_events in events.items():

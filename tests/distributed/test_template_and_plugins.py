@@ -338,3 +338,89 @@ def test_bench_sim_refuses_a_plugin_without_a_simulated_half(tmp_path, bench, cl
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "has no simulated protocol" in lines[0], result.stderr
     assert "local-sgd" in lines[0]  # it names what bench sim plays
+
+
+HYPERCUBE = '''
+import torch
+
+from hetbench.api import Algorithm, Protocol, StepInfo, UserError, flat_params, set_flat_params
+
+
+def partner(rank, t, workers):
+    """The rule both halves share: the neighbour across dimension t mod d of the hypercube."""
+    return rank ^ (1 << (t % (workers.bit_length() - 1)))
+
+
+class Hypercube(Algorithm):
+    """Hypercube gossip: a local step, then the average with rank XOR 2^(t mod d)."""
+
+    name = "hypercube"
+    description = "hypercube gossip, written from README and hetbench.api alone"
+    synchronous = False  # each pair meets on its own
+
+    @classmethod
+    def validate(cls, config, workers):
+        if workers < 2 or workers & (workers - 1):
+            raise UserError(f"hypercube: workers must be a power of 2, got {workers}")
+
+    @classmethod
+    def simulated_protocol(cls):
+        return HypercubeSim
+
+    def setup(self, ctx, model, optimizer):
+        self.t = 0
+
+    @torch.no_grad()
+    def step(self, ctx, model, optimizer):
+        optimizer.step()
+        other = partner(ctx.rank, self.t, ctx.workers)
+        self.t += 1
+        params = flat_params(model)
+        ctx.comm.p_reduce_(params, [ctx.rank, other])
+        set_flat_params(model, params)
+        return StepInfo(peers=1, staleness=0.0, peer_ranks=[other])
+
+
+class HypercubeSim(Protocol):
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.arrived = {}
+
+    def ready(self, w):
+        other = partner(w, self.eng.iteration[w], self.n)
+        self.arrived[w] = self.eng.now
+        if other not in self.arrived:
+            return  # the first of the pair waits for the other
+        start = self.eng.now
+        end = self.net.ring((w, other), self.model_bytes, start, self.eng.active)
+        for x in (w, other):
+            self.eng.end_step(x, end, start - self.arrived.pop(x), {"peer_ranks": [w + other - x]},
+                              peers=1, staleness=0.0)
+'''
+
+
+def test_a_hypercube_plugin_from_the_public_api_is_attributed_real_and_simulated(
+        tmp_path, bench, cli_env):
+    """The issue's proof: a plugin without timing code of its own, beside allreduce under a
+    fixed straggler; "who waited for whom" pins its waiting on the straggler, real and
+    simulated."""
+    from hetbench.reports.waits import run_waits, waits_summary
+
+    env = _install_plugin(tmp_path, HYPERCUBE, "hypercube = my_plugin:Hypercube", cli_env)
+    flags = ["--algorithms", "hypercube,allreduce", "--workloads", "mlp-digits", "--workers",
+             "4", "--slowdown", "det:5@1", "--iterations", "30", "--pace-ms", "10"]
+    for kind in ("run", "sim"):
+        out = tmp_path / kind
+        ran = bench(kind, *flags, "--out", out, env=env)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        run = next(out.glob("hypercube-*/"))
+        assert json.loads((run / "summary.json").read_text())["status"] == "ok"
+        waits = run_waits(run)
+        assert waits.rule == "from", waits.reason
+        assert waits_summary([waits]).iloc[0]["most_waited_on"] == "1 *", waits.per_worker()
+        # Only partners are ever waited on: worker 2 meets 3 and 0, never the straggler.
+        assert waits.matrix().loc[2, 1] == 0
+        report = bench("report", out, env=env, timeout=120)
+        assert report.returncode == 0, report.stderr
+        section = (out / "report.md").read_text().split("## Who waited for whom")[1]
+        assert "hypercube: " not in section.split("\n## ")[0].split("Not attributed:")[-1]

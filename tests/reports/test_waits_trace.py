@@ -19,7 +19,7 @@ from hetbench.reports.waits import UNATTRIBUTED, load_rank_events, run_waits, wa
 
 STRAGGLER = 1
 SIM_ALGORITHMS = ["allreduce", "ps-sync", "ps-async", "prague-static", "prague-smart", "dpsgd",
-                  "adpsgd", "hop"]
+                  "adpsgd", "hop", "local-sgd", "diloco"]
 
 
 def _bench(bench_cmd, cli_env, *args):
@@ -174,12 +174,44 @@ def test_trace_is_compact_for_a_whole_run(simulated):
 
 
 @pytest.mark.parametrize("algorithm", ["allreduce", "ps-sync", "prague-static", "prague-smart",
-                                       "dpsgd"])
+                                       "dpsgd", "local-sgd", "diloco"])
 def test_each_rule_names_the_straggler_as_most_waited_on(simulated, algorithm):
     waits = run_waits(simulated[algorithm])
     assert waits.attributed and waits.slowed() == {STRAGGLER}
     row = waits_summary([waits]).iloc[0]
     assert row["most_waited_on"] == f"{STRAGGLER} *", waits.per_worker()
+
+
+def test_local_steps_wait_for_nobody(simulated):
+    """local-sgd averages every 4th step: only those steps' waits are attributed."""
+    waits = run_waits(simulated["local-sgd"])
+    averaging = {(r, e["iteration"]) for r, es in load_rank_events(simulated["local-sgd"]).items()
+                 for e in es if e.get("peers")}
+    assert waits.per_step and set(waits.per_step) <= averaging
+
+
+@pytest.mark.parametrize("topology", ["ring", "one-peer-exponential"])
+def test_real_gossip_waits_are_pinned_on_the_peers_each_step_met(tmp_path, bench, topology):
+    """sgp and D-PSGD on a time-varying graph name each step's peers (`from`): every attributed
+    second is on one of them, and the straggler is the one most waited on."""
+    out = tmp_path / "results"
+    algorithm, matrix = ("sgp", []) if topology == "ring" else ("dpsgd", [topology])
+    spec = tmp_path / "m.toml"
+    spec.write_text(f'algorithms = ["{algorithm}"]\nworkloads = ["mlp-digits"]\n'
+                    f"workers = [4]\nslowdown = [\"det:5@{STRAGGLER}\"]\niterations = 30\n"
+                    "pace_ms = 10\n" + (f'[algorithm.dpsgd]\ntopology = "{matrix[0]}"\n'
+                                         if matrix else ""))
+    result = bench("run", spec, "--out", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run,) = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    events = load_rank_events(run)
+    waits = run_waits(run, events)
+    assert waits.rule == "from", waits.reason
+    met = {(r, e["iteration"]): set(e["from"]) for r, es in events.items() for e in es}
+    assert waits.per_step
+    for (rank, k), (on, _) in waits.per_step.items():
+        assert on in met[(rank, k)]
+    assert waits_summary([waits]).iloc[0]["most_waited_on"] == f"{STRAGGLER} *"
 
 
 def test_dpsgd_attributes_only_to_graph_neighbours(simulated):
