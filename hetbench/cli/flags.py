@@ -32,3 +32,18 @@ def matrix_flags(command):
     for flag in reversed(_MATRIX_FLAGS):
         command = flag(command)
     return command
+
+
+def wait_flag(command):
+    """--wait: a writer that finds its results directory in use waits for it (core.lock)."""
+    return click.option("--wait", is_flag=True,
+                        help="If another bench writes to the results directory, wait for it to "
+                             "finish instead of stopping.")(command)
+
+
+def lock_results(out_dir: Path, command: str, wait: bool):
+    """The writer lock of `out_dir` for a CLI command (one line on stderr while it waits)."""
+    from hetbench.core.lock import results_lock
+
+    return results_lock(out_dir, command, wait=wait,
+                        on_wait=lambda what: click.echo(f"note: {what}", err=True))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from hetbench.cli.flags import matrix_flags
+from hetbench.cli.flags import lock_results, matrix_flags, wait_flag
 from hetbench.cli.running import run_with_progress, variant_names_of
 from hetbench.core.signals import exit_code, stop_on_signals
 from hetbench.errors import UserError
@@ -74,8 +74,9 @@ def list_cmd(options: bool) -> None:
 @click.option("--dry-run", is_flag=True, help="List the runs the matrix expands to, run nothing.")
 @click.option("--prepare", is_flag=True, help="Multi-node: only write each run's directory and "
               "print the torchrun/mpirun command to start on every machine.")
+@wait_flag
 def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
-            pace_ms, out, launcher, force, dry_run, prepare, network, dilation) -> None:
+            pace_ms, out, launcher, force, dry_run, prepare, network, dilation, wait) -> None:
     """Run a matrix of algorithms x workloads x workers x slowdowns x seeds."""
     from hetbench.harness.matrix import check_writable, from_file_and_flags
 
@@ -94,15 +95,17 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         return
     from hetbench.core.store import write_json_atomic
 
-    # The matrix as run (file + flags), so `bench report` finds its `target` later.
-    write_json_atomic(out_dir / "matrix.json", spec)
-    if prepare:
-        _prepare(configs, out_dir, force)
-        return
-    if "tune" in spec:
-        click.echo("note: this matrix has a [tune] table; bench run runs its options as given, "
-                   "`bench tune` runs the tuning trials", err=True)
-    if run_with_progress(configs, out_dir, force, {"slurm": spec.get("slurm")}):
+    with lock_results(out_dir, "bench run" + (" --prepare" if prepare else ""), wait):
+        # The matrix as run (file + flags), so `bench report` finds its `target` later.
+        write_json_atomic(out_dir / "matrix.json", spec)
+        if prepare:
+            _prepare(configs, out_dir, force)
+            return
+        if "tune" in spec:
+            click.echo("note: this matrix has a [tune] table; bench run runs its options as "
+                       "given, `bench tune` runs the tuning trials", err=True)
+        failures = run_with_progress(configs, out_dir, force, {"slurm": spec.get("slurm")})
+    if failures:
         sys.exit(1)
 
 

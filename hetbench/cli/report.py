@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from hetbench.cli.flags import lock_results, wait_flag
+
 TARGET_HELP = ("Convergence target: accuracy:V or loss:V for every workload, or "
                "WORKLOAD=accuracy:V; repeatable. Default: the matrix's, else picked from the runs.")
 
@@ -26,9 +28,31 @@ def _targets(target: tuple[str, ...], matrix: Path | None, results_dir: Path):
 
         found.update(targets_from_matrix(load_matrix_file(matrix)))
     elif (results_dir / "matrix.json").is_file():
-        found.update(targets_from_matrix(read_json(results_dir / "matrix.json")))
+        try:
+            stored = read_json(results_dir / "matrix.json")
+        except (OSError, ValueError) as exc:
+            click.echo(f"warning: {results_dir / 'matrix.json'} is unreadable ({exc}); its "
+                       "target is not used", err=True)
+        else:
+            found.update(targets_from_matrix(stored))
     found.update(parse_targets(target))
     return found
+
+
+def _scan(results_dir: Path, events: bool):
+    """The runs under `results_dir` a reader can use; one warning line on stderr per run it
+    skips (unreadable) or reads with lines skipped, and one for runs still in progress."""
+    from hetbench.errors import UserError
+    from hetbench.reports.load import scan_runs
+
+    if not results_dir.is_dir():
+        raise UserError(f"results directory {results_dir} does not exist; run `bench run` first")
+    scan = scan_runs(results_dir, events=events)
+    for line in scan.warnings():
+        click.echo(f"warning: {line}", err=True)
+    if note := scan.progress_note():
+        click.echo(f"note: {note}", err=True)
+    return scan
 
 
 @click.command("report")
@@ -46,8 +70,9 @@ def report_cmd(results_dir: Path, baseline: str, target: tuple[str, ...], matrix
     """Write report.md/.csv/.html, time-to-target, convergence plots and a timeline."""
     from hetbench.reports.report import write_report
 
+    scan = _scan(results_dir, events=True)
     paths = write_report(results_dir, baseline, _targets(target, matrix, results_dir),
-                         timeline_run)
+                         timeline_run, scan=scan)
     for kind, path in paths.items():
         click.echo(f"{kind}: {path}")
 
@@ -66,7 +91,8 @@ def compare_cmd(results_dir: Path, baseline: str, target: tuple[str, ...],
     from hetbench.reports.compare import CONFIDENCE, compare_frame, compare_markdown
     from hetbench.reports.report import build_report
 
-    report = build_report(results_dir, baseline, _targets(target, matrix, results_dir))
+    scan = _scan(results_dir, events=False)
+    report = build_report(results_dir, baseline, _targets(target, matrix, results_dir), scan)
     frame = compare_frame(report.runs, report.evals, baseline, report.targets)
     if frame.empty:
         algorithms = sorted(report.runs["algorithm"].unique())
@@ -96,13 +122,21 @@ def compare_cmd(results_dir: Path, baseline: str, target: tuple[str, ...],
               "images (matrices/reproduce-NAME-convergence[-quick].toml; docs/convergence.md).")
 @click.option("--dry-run", is_flag=True, help="List the runs and the published figures they "
               "cover; run nothing.")
+@wait_flag
 def reproduce_cmd(name: str, quick: bool, out: Path | None, force: bool, emulate: bool,
-                  convergence: bool, dry_run: bool) -> None:
+                  convergence: bool, dry_run: bool, wait: bool) -> None:
     """Run a paper's matrix and report our ratios beside the published ones."""
+    import contextlib
+
     from hetbench.reports.reproduce import reproduce
 
-    paths, failed = reproduce(name, quick, out, force, echo=click.echo, emulate=emulate,
-                              dry_run=dry_run, convergence=convergence)
+    # Without --out, reproduce() picks the directory from the matrix; run_matrix then takes
+    # its lock (without --wait).
+    holding = (lock_results(out, f"bench reproduce {name}", wait)
+               if out is not None and not dry_run else contextlib.nullcontext())
+    with holding:
+        paths, failed = reproduce(name, quick, out, force, echo=click.echo, emulate=emulate,
+                                  dry_run=dry_run, convergence=convergence)
     if dry_run:
         return
     for kind in ("md", "html", "csv", "published_csv"):
@@ -130,7 +164,7 @@ def export_tensorboard_cmd(results_dir: Path, out: Path | None, runs: tuple[str,
     from hetbench.reports.load import select_run_dirs
     from hetbench.reports.tensorboard import export_tensorboard
 
-    chosen = select_run_dirs(results_dir, runs)
+    chosen = select_run_dirs(results_dir, runs, _scan(results_dir, events=True))
     out = out if out is not None else results_dir / "tensorboard"
     for path in export_tensorboard(chosen, out):
         click.echo(f"tensorboard: {path}")
@@ -147,7 +181,7 @@ def export_trace_cmd(results_dir: Path, out: Path | None, runs: tuple[str, ...])
     from hetbench.reports.load import select_run_dirs
     from hetbench.reports.trace import write_trace
 
-    chosen = select_run_dirs(results_dir, runs)
+    chosen = select_run_dirs(results_dir, runs, _scan(results_dir, events=True))
     out = out if out is not None else results_dir / "traces"
     out.mkdir(parents=True, exist_ok=True)
     for run_dir in chosen:

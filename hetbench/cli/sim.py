@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from hetbench.cli.flags import matrix_flags
+from hetbench.cli.flags import lock_results, matrix_flags, wait_flag
 from hetbench.errors import UserError
 
 
@@ -52,9 +52,10 @@ from hetbench.errors import UserError
                    "real run; timelines and wait attribution need them), workers (one record "
                    "per worker in workers.json), or auto (full up to 64 workers).")
 @click.option("--dry-run", is_flag=True, help="List the runs the matrix expands to, run nothing.")
+@wait_flag
 def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
             pace_ms, network, dilation, out, compute_ms, fit_from, against, events, dry_run,
-            **model_flags) -> None:
+            wait, **model_flags) -> None:
     """Simulate a matrix (discrete events) and write results that `bench report` reads."""
     # model_flags: alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, gg_request_us
     # (see _models).
@@ -68,7 +69,7 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
                             "too); drop the matrix file, --network and --dilation")
         models = _models(compute_ms=compute_ms, fit_from=fit_from, **model_flags)
         _against(against, models, out or Path("results") / "sim" / "against",
-                 own_cores=model_flags["cores"] is None)
+                 own_cores=model_flags["cores"] is None, wait=wait)
         return
     spec, configs = from_file_and_flags(
         matrix_file, algorithms=algorithms, workloads=workloads, workers=workers,
@@ -86,7 +87,8 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         models.compute.seconds(config)
         simulated_protocol(config)
     check_writable(out_dir)
-    _simulate_all(configs, models, out_dir, events)
+    with lock_results(out_dir, "bench sim", wait):
+        _simulate_all(configs, models, out_dir, events)
 
 
 def _models(*, alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, gg_request_us, compute_ms,
@@ -161,14 +163,16 @@ def _unless_given(given, fit, scale: float, describe):
     return fitted * scale
 
 
-def _against(real_dir: Path, models, out_dir: Path, own_cores: bool = True) -> None:
+def _against(real_dir: Path, models, out_dir: Path, own_cores: bool = True,
+             wait: bool = False) -> None:
     from hetbench.harness.matrix import check_writable
     from hetbench.sim.validate import compare_with_real, markdown
 
     if not Path(real_dir).is_dir():
         raise UserError(f"--against {real_dir}: no such directory")
     check_writable(out_dir)
-    rows = compare_with_real(real_dir, models, out_dir, own_cores=own_cores)
+    with lock_results(out_dir, "bench sim --against", wait):
+        rows = compare_with_real(real_dir, models, out_dir, own_cores=own_cores)
     if not rows:
         raise UserError(f"--against {real_dir}: no finished real runs there")
     click.echo(markdown(rows))

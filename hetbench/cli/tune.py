@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from hetbench.cli.flags import matrix_flags
+from hetbench.cli.flags import lock_results, matrix_flags, wait_flag
 from hetbench.errors import UserError
 
 
@@ -17,8 +17,9 @@ from hetbench.errors import UserError
 @click.option("--out", type=click.Path(path_type=Path), help="Results directory.")
 @click.option("--force", is_flag=True, help="Rerun trials that already finished.")
 @click.option("--dry-run", is_flag=True, help="List the trials and their values, run nothing.")
+@wait_flag
 def tune_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
-             pace_ms, network, dilation, trials, out, force, dry_run) -> None:
+             pace_ms, network, dilation, trials, out, force, dry_run, wait) -> None:
     """Tune every algorithm with the same number of trials from the matrix's [tune] search
     space, then score each by its best trial's time to target (AlgoPerf's external ruleset)."""
     from hetbench.cli.running import run_with_progress, variant_names_of
@@ -42,10 +43,11 @@ def tune_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, 
         for config, t, _ in drawn:
             click.echo(f"{config.run_id}  trial {t}: {config.label(names[config.run_id])}")
         return
-    # Before any trial runs: a cut-off tuning session still reports the trials it finished.
-    write_json_atomic(out_dir / "matrix.json", spec)
-    write_json_atomic(out_dir / TUNE_FILE, tune_record(ruleset, drawn))
-    failures = run_with_progress(configs, out_dir, force, {"slurm": spec.get("slurm")})
+    with lock_results(out_dir, "bench tune", wait):
+        # Before any trial runs: a cut-off tuning session still reports the trials it finished.
+        write_json_atomic(out_dir / "matrix.json", spec)
+        write_json_atomic(out_dir / TUNE_FILE, tune_record(ruleset, drawn))
+        failures = run_with_progress(configs, out_dir, force, {"slurm": spec.get("slurm")})
     _print_best(out_dir)
     if failures:
         sys.exit(1)

@@ -68,17 +68,24 @@ class EventLog:
 
 
 def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """Records of a JSONL file and the number of torn/garbled lines skipped."""
+    """Records of a JSONL file and the number of torn/garbled lines skipped: a line that is not
+    a JSON object (cut short by a crash or a full disk, not UTF-8, or garbage) is counted, not
+    fatal. A missing file has no records; one that cannot be read raises OSError."""
     records, torn = [], 0
     if not path.exists():
         return records, torn
-    with path.open() as f:
+    with path.open("rb") as f:
         for line in f:
             if not line.strip():
                 continue
             try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
+                record = json.loads(line)
+            except ValueError:  # JSONDecodeError, UnicodeDecodeError
+                torn += 1
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+            else:
                 torn += 1
     return records, torn
 

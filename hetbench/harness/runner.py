@@ -1,4 +1,9 @@
-"""Running a matrix: resume finished runs, keep failed attempts, move on after a failure."""
+"""Running a matrix: resume finished runs, keep failed attempts, move on after a failure.
+
+Every run happens under the results directory's writer lock (core.lock), so a run directory
+without a summary found here was left by a launcher that is gone: no other process can be
+writing it, and setting it aside is safe.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hetbench.core.config import RunConfig
+from hetbench.core.lock import results_lock
 from hetbench.core.store import read_json
 from hetbench.harness.launch import make_launcher
 
@@ -57,7 +63,15 @@ def run_matrix(configs: list[RunConfig], out_dir: Path, force: bool = False,
                launcher_options: dict[str, dict] | None = None,
                ) -> list[RunOutcome]:
     """Run each config not finished yet; `launcher_options`: a launcher's matrix table by
-    launcher name ({"slurm": {...}})."""
+    launcher name ({"slurm": {...}}). Holds `out_dir`'s writer lock throughout (the caller's,
+    if it holds it already; else ResultsDirBusy when another process does)."""
+    with results_lock(out_dir, "bench run"):
+        return _run_locked(configs, out_dir, force, on_start, on_done, on_progress,
+                           on_set_aside, launcher_options)
+
+
+def _run_locked(configs, out_dir, force, on_start, on_done, on_progress, on_set_aside,
+                launcher_options) -> list[RunOutcome]:
     outcomes = []
     # Made before the first run: a launcher that cannot work here (no mpirun) is bad input.
     launchers = {name: make_launcher(name, on_progress=on_progress,
@@ -93,6 +107,11 @@ def prepare_matrix(configs: list[RunConfig], out_dir: Path,
     local = [c for c in configs if c.launcher == "local"]
     if local:
         prepare(local[0], out_dir / local[0].run_id)  # the one-line error, before any change
+    with results_lock(out_dir, "bench run --prepare"):
+        return _prepare_locked(configs, out_dir, force, prepare)
+
+
+def _prepare_locked(configs, out_dir, force, prepare) -> list[tuple[RunConfig, Path, bool]]:
     prepared = []
     for config in configs:
         run_dir = out_dir / config.run_id

@@ -10,7 +10,7 @@ import pandas as pd
 from hetbench.core.store import write_text_atomic
 from hetbench.errors import UserError
 from hetbench.reports.html import Page
-from hetbench.reports.load import load_env, load_evals, load_runs
+from hetbench.reports.load import Scan, load_env, load_evals, load_runs, scan_runs
 from hetbench.reports.plots import convergence_plots
 from hetbench.reports.tables import (
     HEALTH_COLUMNS,
@@ -73,6 +73,8 @@ class Report:
     #: tune.json of a `bench tune` directory (None otherwise), and its best-trial table.
     tuning: dict | None = None
     tuned: pd.DataFrame | None = None
+    #: What reading the directory met: runs skipped as unreadable, runs in progress.
+    scan: Scan | None = None
 
     @property
     def failed(self) -> pd.DataFrame:
@@ -143,12 +145,30 @@ class Report:
                          "every iteration's compute, so workers sharing cores behave alike.")
         if text := convention(self.runs, self.tuning):
             notes.append(text)
+        notes += reading_notes(self.scan)
         notes += network_notes(runs)
         for workload, target in sorted(self.targets.items()):
             how = ("picked automatically: 90% of the lowest final accuracy of any run"
                    if target.source == "auto" else f"from {target.source}")
             notes.append(f"Target for {workload}: {target} ({how}).")
         return notes
+
+
+def reading_notes(scan: Scan | None) -> list[str]:
+    """Runs left out of every table (unreadable files, or still running) and runs read with
+    unreadable lines skipped: the reader must know the report is not the whole directory."""
+    if scan is None:
+        return []
+    notes = []
+    if scan.unreadable:
+        notes.append(f"Left out, unreadable ({len(scan.unreadable)} run(s)): "
+                     + "; ".join(f"{u.run_id}: {u.why}" for u in scan.unreadable) + ".")
+    if scan.torn_lines:
+        notes.append("Unreadable event lines skipped: " + ", ".join(
+            f"{run_id}: {n}" for run_id, n in sorted(scan.torn_lines.items())) + ".")
+    if note := scan.progress_note():
+        notes.append(note)
+    return notes
 
 
 def network_notes(runs: pd.DataFrame) -> list[str]:
@@ -175,13 +195,20 @@ def network_notes(runs: pd.DataFrame) -> list[str]:
 
 
 def build_report(results_dir: Path, baseline: str = "allreduce",
-                 targets: dict[str, Target] | None = None) -> Report:
-    """Load the runs under `results_dir` and compute every table of the report."""
+                 targets: dict[str, Target] | None = None, scan: Scan | None = None,
+                 read_events: bool = True) -> Report:
+    """Load the runs under `results_dir` and compute every table of the report (`scan`:
+    scan_runs of it when the caller has one; `read_events`: check the event logs too)."""
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise UserError(f"results directory {results_dir} does not exist; run `bench run` first")
-    runs = load_runs(results_dir)
+    scan = scan_runs(results_dir, events=read_events) if scan is None else scan
+    runs = load_runs(results_dir, scan)
     if runs.empty:
+        if scan.unreadable or scan.in_progress:
+            raise UserError(f"no readable finished runs under {results_dir} yet: "
+                            f"{len(scan.unreadable)} unreadable, {len(scan.in_progress)} in "
+                            "progress")
         raise UserError(f"no runs under {results_dir}; run `bench run --out {results_dir}` first")
     evals = load_evals(runs)
     resolved = resolve_targets(evals, targets or {})
@@ -190,7 +217,8 @@ def build_report(results_dir: Path, baseline: str = "allreduce",
     return Report(results_dir, baseline, runs, evals, table, prague_table(table, baseline),
                   resolved, time_to_target_table(runs, evals, resolved, baseline),
                   tuning=tuning,
-                  tuned=tuned_table(runs, evals, resolved, tuning, baseline) if tuning else None)
+                  tuned=tuned_table(runs, evals, resolved, tuning, baseline) if tuning else None,
+                  scan=scan)
 
 
 SYNC_TEXT = (
@@ -215,12 +243,12 @@ SPEEDUP_TEXT = (
 def write_report(results_dir: Path, baseline: str = "allreduce",
                  targets: dict[str, Target] | None = None,
                  timeline_run: str | None = None,
-                 extra=None) -> dict[str, Path]:
+                 extra=None, scan: Scan | None = None) -> dict[str, Path]:
     """Write every report file into `results_dir`; returns their paths by kind.
 
     `extra(report) -> [Section]` adds sections computed from the report's tables.
     """
-    report = build_report(results_dir, baseline, targets)
+    report = build_report(results_dir, baseline, targets, scan)
     if extra is not None:
         report.extra = tuple(extra(report))
     out = report.results_dir
