@@ -140,6 +140,11 @@ class History:
         """The iteration and model this worker had at `t_s` (its latest step ended by then)."""
         return self.states[max(0, bisect.bisect_right(self.times, t_s) - 1)]
 
+    def after(self, iteration: int) -> torch.Tensor:
+        """The model kept latest at or before `iteration` (exactly it while the stride is 1)."""
+        kept = [it for it, _ in self.states]
+        return self.states[max(0, bisect.bisect_right(kept, iteration) - 1)][1]
+
 
 def sync_fields(info: StepInfo) -> dict[str, Any]:
     """The event's standard synchronization fields (peers, staleness), where the step gave them."""
@@ -386,14 +391,26 @@ def _evaluate(config: RunConfig, ctx: WorkerContext, workload: Workload, model,
         t = torch.tensor([value], dtype=torch.float64, device=ctx.device)
         return comm.all_reduce_(t, op, workers).item()
 
-    def score(flat: torch.Tensor, iteration: float) -> dict:
-        mean = comm.average_(flat.clone(), workers)
+    n = flat_params_numel(model)
+
+    def spread_of(flat: torch.Tensor, mean: torch.Tensor) -> float:
         # Over the parameters only: workers that agree on them are in consensus, whatever
         # their batch-norm statistics (kept per worker by every algorithm).
-        n = flat_params_numel(model)
-        spread = agreed(float((flat[:n] - mean[:n]).pow(2).sum()), ReduceOp.SUM) / len(workers)
+        return agreed(float((flat[:n] - mean[:n]).pow(2).sum()), ReduceOp.SUM) / len(workers)
+
+    def score(flat: torch.Tensor, iteration: float, at_s: float | None = None) -> dict:
+        mean = comm.average_(flat.clone(), workers)
         record = {"iteration": agreed(iteration, ReduceOp.SUM) / len(workers),
-                  "consensus_distance": spread}
+                  "consensus_distance": spread_of(flat, mean)}
+        if history is not None and at_s is not None:
+            # At a wall-clock tick, workers can be an iteration apart (All-Reduce's models,
+            # identical after every step, then differ by one step). The consensus distance
+            # compares like with like: every worker's model after the same iteration, the
+            # last one all workers had finished by the tick.
+            common = int(agreed(history.at(at_s)[0], ReduceOp.MIN))
+            own = history.after(common)
+            record["consensus_distance"] = spread_of(own, comm.average_(own.clone(), workers))
+            record["consensus_iteration"] = common
         if ctx.rank == 0 and snapshots is not None:
             original = flat_state(model)
             set_flat_state(model, mean)
@@ -415,7 +432,7 @@ def _evaluate(config: RunConfig, ctx: WorkerContext, workload: Workload, model,
             iteration, flat = (snapshots.at(tick) if history is None
                                else history.at(tick * snapshots.interval_s))
             records.append({"kind": "snapshot", "wall_s": tick * snapshots.interval_s,
-                            **score(flat, iteration)})
+                            **score(flat, iteration, tick * snapshots.interval_s)})
     records.append({"kind": "final", "wall_s": agreed(end_s, ReduceOp.MAX),
                     **score(flat_state(model), iterations_done)})
     if history is not None:
