@@ -47,3 +47,10 @@ def lock_results(out_dir: Path, command: str, wait: bool):
 
     return results_lock(out_dir, command, wait=wait,
                         on_wait=lambda what: click.echo(f"note: {what}", err=True))
+
+
+def oversubscribe_flag(command):
+    """--allow-oversubscribe: start a world that the capacity check says cannot fit here."""
+    return click.option("--allow-oversubscribe", is_flag=True,
+                        help="Start worlds larger than this machine's memory or "
+                             "ranks-per-core bound allows (harness/launch/capacity.py).")(command)

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import click
 
-from hetbench.cli.flags import lock_results, matrix_flags, wait_flag
+from hetbench.cli.flags import lock_results, matrix_flags, oversubscribe_flag, wait_flag
 from hetbench.cli.running import run_with_progress, variant_names_of
 from hetbench.core.signals import exit_code, stop_on_signals
 from hetbench.errors import UserError
 
 EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -75,8 +76,10 @@ def list_cmd(options: bool) -> None:
 @click.option("--prepare", is_flag=True, help="Multi-node: only write each run's directory and "
               "print the torchrun/mpirun command to start on every machine.")
 @wait_flag
+@oversubscribe_flag
 def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
-            pace_ms, out, launcher, force, dry_run, prepare, network, dilation, wait) -> None:
+            pace_ms, out, launcher, force, dry_run, prepare, network, dilation, wait,
+            allow_oversubscribe) -> None:
     """Run a matrix of algorithms x workloads x workers x slowdowns x seeds."""
     from hetbench.harness.matrix import check_writable, from_file_and_flags
 
@@ -88,6 +91,10 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
     check_writable(out_dir)
     for warning in _dilation_warnings(configs):
         click.echo(f"warning: {warning}", err=True)
+    if not prepare:  # prepared runs start on other machines
+        from hetbench.harness.launch.capacity import check_worlds_fit
+
+        check_worlds_fit(configs, allow_oversubscribe)
     if dry_run:
         names = variant_names_of(configs)
         for config in configs:
@@ -104,7 +111,8 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         if "tune" in spec:
             click.echo("note: this matrix has a [tune] table; bench run runs its options as "
                        "given, `bench tune` runs the tuning trials", err=True)
-        failures = run_with_progress(configs, out_dir, force, {"slurm": spec.get("slurm")})
+        failures = run_with_progress(configs, out_dir, force, {"slurm": spec.get("slurm")},
+                                     allow_oversubscribe=allow_oversubscribe)
     if failures:
         sys.exit(1)
 
@@ -192,6 +200,17 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_BAD_INPUT)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except OSError as exc:
+        # Results that cannot be written (a full disk: ResultsWriteError says which run and
+        # whether its failure is on record), or a file that cannot be read: one line, exit 1.
+        if debug:
+            raise
+        from hetbench.core.store import ResultsWriteError
+
+        text = str(exc) if isinstance(exc, ResultsWriteError) else (
+            f"{exc} (--debug shows where)")
+        click.echo(f"error: {text}", err=True)
+        sys.exit(EXIT_FAILED)
     except click.Abort as exc:  # click's form of Ctrl-C (and of SIGTERM / SIGHUP: Stopped)
         click.echo("aborted", err=True)
         sys.exit(exit_code(exc))

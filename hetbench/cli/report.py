@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from hetbench.cli.flags import lock_results, wait_flag
+from hetbench.core.lock import make_results_dir
 
 TARGET_HELP = ("Convergence target: accuracy:V or loss:V for every workload, or "
                "WORKLOAD=accuracy:V; repeatable. Default: the matrix's, else picked from the runs.")
@@ -165,7 +166,7 @@ def export_tensorboard_cmd(results_dir: Path, out: Path | None, runs: tuple[str,
     from hetbench.reports.tensorboard import export_tensorboard
 
     chosen = select_run_dirs(results_dir, runs, _scan(results_dir, events=True))
-    out = out if out is not None else results_dir / "tensorboard"
+    out = make_results_dir(out if out is not None else results_dir / "tensorboard")
     for path in export_tensorboard(chosen, out):
         click.echo(f"tensorboard: {path}")
     click.echo(f"view with: tensorboard --logdir {out}")
@@ -182,8 +183,7 @@ def export_trace_cmd(results_dir: Path, out: Path | None, runs: tuple[str, ...])
     from hetbench.reports.trace import write_trace
 
     chosen = select_run_dirs(results_dir, runs, _scan(results_dir, events=True))
-    out = out if out is not None else results_dir / "traces"
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_results_dir(out if out is not None else results_dir / "traces")
     for run_dir in chosen:
         click.echo(f"trace: {write_trace(run_dir, out / f'{run_dir.name}.json')}")
 

@@ -183,8 +183,11 @@ def _simulate_all(configs, models, out_dir: Path, events: str = "auto") -> None:
 
     click.echo(f"{len(configs)} simulated run(s) -> {out_dir}")
     results, failed, started = [], 0, time.time()
-    for config in configs:
-        result = simulate(config, models, out_dir, events)
+    for i, config in enumerate(configs):
+        try:
+            result = simulate(config, models, out_dir, events)
+        except OSError as exc:
+            _results_unwritable(config, out_dir / config.run_id, exc, len(configs) - i - 1)
         s = result.summary
         results.append(result)
         if s["status"] == "ok":
@@ -198,6 +201,27 @@ def _simulate_all(configs, models, out_dir: Path, events: str = "auto") -> None:
                "writes the report")
     if failed:
         raise click.exceptions.Exit(1)
+
+
+def _results_unwritable(config, run_dir: Path, error: OSError, left: int) -> None:
+    """A simulation that could not write its results (a full disk): its event logs cut back to
+    whole lines, a failed summary if one can still be written, and one ResultsWriteError line
+    (the matrix stops: the next run would fail alike)."""
+    from hetbench.core.record import summary_head
+    from hetbench.core.store import ResultsWriteError, cut_to_whole_lines, write_json_atomic
+
+    for log in run_dir.glob("events.rank*.jsonl"):
+        cut_to_whole_lines(log)
+    cause = f"simulator: {type(error).__name__}: {error}"
+    try:
+        write_json_atomic(run_dir / "summary.json", {
+            **summary_head(config, "failed", cause, time.time()), "simulated": True})
+        recorded = f"on record in {run_dir / 'summary.json'}"
+    except OSError as exc:
+        recorded = f"its summary.json could not be written either ({exc})"
+    raise ResultsWriteError.because(
+        f"{config.label()} failed writing its results: {cause} ({recorded}); the matrix "
+        f"stops here ({left} run(s) not started)", run_dir) from error
 
 
 def _echo_speedups(results) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from hetbench.cli.flags import lock_results, matrix_flags, wait_flag
+from hetbench.cli.flags import lock_results, matrix_flags, oversubscribe_flag, wait_flag
 from hetbench.errors import UserError
 
 
@@ -18,8 +18,10 @@ from hetbench.errors import UserError
 @click.option("--force", is_flag=True, help="Rerun trials that already finished.")
 @click.option("--dry-run", is_flag=True, help="List the trials and their values, run nothing.")
 @wait_flag
+@oversubscribe_flag
 def tune_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
-             pace_ms, network, dilation, trials, out, force, dry_run, wait) -> None:
+             pace_ms, network, dilation, trials, out, force, dry_run, wait,
+             allow_oversubscribe) -> None:
     """Tune every algorithm with the same number of trials from the matrix's [tune] search
     space, then score each by its best trial's time to target (AlgoPerf's external ruleset)."""
     from hetbench.cli.running import run_with_progress, variant_names_of
@@ -38,6 +40,9 @@ def tune_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, 
     out_dir = out or Path("results") / f"{spec['name']}"
     check_writable(out_dir)
     click.echo(f"tuning: {ruleset.describe()}", err=True)
+    from hetbench.harness.launch.capacity import check_worlds_fit
+
+    check_worlds_fit(configs, allow_oversubscribe)
     if dry_run:
         names = variant_names_of(configs)
         for config, t, _ in drawn:
@@ -47,7 +52,8 @@ def tune_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, 
         # Before any trial runs: a cut-off tuning session still reports the trials it finished.
         write_json_atomic(out_dir / "matrix.json", spec)
         write_json_atomic(out_dir / TUNE_FILE, tune_record(ruleset, drawn))
-        failures = run_with_progress(configs, out_dir, force, {"slurm": spec.get("slurm")})
+        failures = run_with_progress(configs, out_dir, force, {"slurm": spec.get("slurm")},
+                                     allow_oversubscribe=allow_oversubscribe)
     _print_best(out_dir)
     if failures:
         sys.exit(1)

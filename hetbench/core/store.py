@@ -12,6 +12,8 @@ appended whole and flushed, and a reader skips a torn last line.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import platform
@@ -30,18 +32,44 @@ from hetbench.core.config import SCHEMA_VERSION
 SERVICE_CPU_FILE = "service-{name}.cpu.json"
 
 
+class ResultsWriteError(OSError):
+    """A result file could not be written (a full disk, a quota, a read-only or vanished
+    directory): the run fails with this as its cause, and the matrix stops (the next run would
+    fail the same way). Its message names the file and the OS error in one line."""
+
+    def __init__(self, path: Path, error: OSError):
+        super().__init__(error.errno, f"cannot write {path}: {error.strerror or error}")
+        self.path = path
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+    @classmethod
+    def because(cls, message: str, path: Path, errno_: int = errno.ENOSPC) -> ResultsWriteError:
+        """One whose whole message is `message` (a run's failure, said in full)."""
+        error = cls(path, OSError(errno_, ""))
+        error.strerror = message
+        return error
+
+
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` to a temp file beside `path`, then rename it over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write `text` to a temp file beside `path`, then rename it over `path`; ResultsWriteError
+    (and `path` untouched, no temp file left) when it cannot be written."""
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as exc:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and not isinstance(exc, ResultsWriteError):
+            raise ResultsWriteError(path, exc) from exc
         raise
 
 
@@ -54,17 +82,56 @@ def read_json(path: Path) -> Any:
 
 
 class EventLog:
-    """Append-only JSON lines; each record is written whole and flushed."""
+    """Append-only JSON lines, each written whole by one write(2) of the encoded line.
+
+    The file never ends in part of a line: when the disk fills mid-line (a short write, then
+    ENOSPC), the file is cut back to its last whole line and ResultsWriteError is raised (the
+    rank's error path reports it as the run's cause).
+    """
 
     def __init__(self, path: Path):
         self.path = path
-        self._file = path.open("a", buffering=1)
+        try:
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                               0o644)
+            #: Bytes of whole lines in the file: where a failed append cuts it back to.
+            self._whole = os.fstat(self._fd).st_size
+        except OSError as exc:
+            raise ResultsWriteError(path, exc) from exc
 
     def append(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record, separators=(",", ":"), default=float) + "\n")
+        line = (json.dumps(record, separators=(",", ":"), default=float) + "\n").encode()
+        try:
+            written = os.write(self._fd, line)
+            while written < len(line):  # a short write: the disk filled mid-line
+                more = os.write(self._fd, line[written:])
+                if more == 0:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                written += more
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._whole)
+            raise ResultsWriteError(self.path, exc) from exc
+        self._whole += len(line)
 
     def close(self) -> None:
-        self._file.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def cut_to_whole_lines(path: Path) -> int:
+    """Cut a JSONL file back to its last newline (a writer that died mid-line, or one that
+    wrote without EventLog); returns the bytes removed."""
+    try:
+        with path.open("rb+") as f:
+            data = f.read()
+            keep = data.rfind(b"\n") + 1
+            if keep < len(data):
+                f.truncate(keep)
+            return len(data) - keep
+    except OSError:
+        return 0
 
 
 def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:

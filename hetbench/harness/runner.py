@@ -16,8 +16,9 @@ from typing import Any
 
 from hetbench.core.config import RunConfig
 from hetbench.core.lock import results_lock
-from hetbench.core.store import read_json
+from hetbench.core.store import ResultsWriteError, read_json
 from hetbench.harness.launch import make_launcher
+from hetbench.harness.launch.capacity import check_worlds_fit
 
 
 @dataclass
@@ -49,9 +50,12 @@ def set_aside(run_dir: Path, out_dir: Path) -> str:
     except (OSError, ValueError):
         what = "no summary.json: its launcher was killed (or died) while it ran"
     attempts = out_dir / ".attempts"
-    attempts.mkdir(parents=True, exist_ok=True)
     where = attempts / f"{run_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    shutil.move(str(run_dir), where)
+    try:
+        attempts.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(run_dir), where)
+    except OSError as exc:
+        raise ResultsWriteError(where, exc) from exc
     return f"{what}; kept as {where}"
 
 
@@ -61,10 +65,13 @@ def run_matrix(configs: list[RunConfig], out_dir: Path, force: bool = False,
                on_progress: Callable[[int, int], None] | None = None,
                on_set_aside: Callable[[RunConfig, str], None] | None = None,
                launcher_options: dict[str, dict] | None = None,
+               allow_oversubscribe: bool = False,
                ) -> list[RunOutcome]:
     """Run each config not finished yet; `launcher_options`: a launcher's matrix table by
     launcher name ({"slurm": {...}}). Holds `out_dir`'s writer lock throughout (the caller's,
-    if it holds it already; else ResultsDirBusy when another process does)."""
+    if it holds it already; else ResultsDirBusy when another process does). A world that
+    cannot fit on this machine is refused before anything starts (launch.capacity)."""
+    check_worlds_fit(configs, allow_oversubscribe)
     with results_lock(out_dir, "bench run"):
         return _run_locked(configs, out_dir, force, on_start, on_done, on_progress,
                            on_set_aside, launcher_options)
@@ -90,7 +97,14 @@ def _run_locked(configs, out_dir, force, on_start, on_done, on_progress, on_set_
                     on_set_aside(config, what)
             if on_start:
                 on_start(config)
-            summary = launcher.run(config, run_dir)
+            try:
+                summary = launcher.run(config, run_dir)
+            except ResultsWriteError as exc:
+                # The disk is full (or gone): every later run would fail the same way.
+                left = len(configs) - len(outcomes) - 1
+                raise ResultsWriteError.because(
+                    f"{exc}; the matrix stops here ({left} run(s) not started)",
+                    exc.path) from exc
             outcome = RunOutcome(config, run_dir, summary, skipped=False)
         outcomes.append(outcome)
         if on_done:

@@ -10,7 +10,8 @@ from typing import Any
 from hetbench.core.config import RunConfig
 from hetbench.core.record import events_logged, size, write_summary
 from hetbench.core.signals import interrupted_cause
-from hetbench.core.store import environment, write_json_atomic
+from hetbench.core.store import ResultsWriteError, environment, write_json_atomic
+from hetbench.harness.launch.failures import results_write_failed
 
 #: How often a launcher looks at its ranks and their files.
 POLL_S = 0.1
@@ -21,8 +22,15 @@ def record_run(config: RunConfig, run_dir: Path, train: Callable[[dict[str, Any]
     """What every launcher does around its ranks: config.json and env.json first, the
     algorithm's services for the run's lifetime, `train(services)` (the failure cause, or None),
     `cleanup()` (kill what is left) and summary.json whatever happened; Ctrl-C marks the run
-    interrupted and is re-raised."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    interrupted and is re-raised.
+
+    A run that failed writing its results (a full disk) raises ResultsWriteError once its
+    summary is on record (or saying that it could not be), so the matrix stops there.
+    """
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ResultsWriteError(run_dir, exc) from exc
     write_json_atomic(run_dir / "config.json", config.to_dict())
     write_json_atomic(run_dir / "env.json", environment())
     started = time.time()
@@ -35,14 +43,30 @@ def record_run(config: RunConfig, run_dir: Path, train: Callable[[dict[str, Any]
                 cleanup()
         status = "ok" if cause is None else "failed"
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (harness.signals)
-        status, cause = "interrupted", interrupted_cause(exc)
+        _record(config, run_dir, "interrupted", interrupted_cause(exc), started, cleanup)
         raise
     except Exception as exc:
         status, cause = "failed", f"launcher: {type(exc).__name__}: {exc}"
-    finally:
-        cleanup()
-        summary = write_summary(config, run_dir, status, cause, started)
+    summary = _record(config, run_dir, status, cause, started, cleanup)
+    if status == "failed" and results_write_failed(cause):
+        raise ResultsWriteError.because(
+            f"{config.label()} failed writing its results: {cause} (on record in "
+            f"{run_dir / 'summary.json'})", run_dir)
     return summary
+
+
+def _record(config: RunConfig, run_dir: Path, status: str, cause: str | None, started: float,
+            cleanup: Callable[[], None]) -> dict[str, Any]:
+    """cleanup(), then summary.json; a summary that cannot be written is a ResultsWriteError
+    that says what it would have said."""
+    cleanup()
+    try:
+        return write_summary(config, run_dir, status, cause, started)
+    except ResultsWriteError as exc:
+        outcome = "ended ok" if status == "ok" else f"{status}: {cause}"
+        raise ResultsWriteError.because(
+            f"{config.label()} {outcome}; and its summary.json could not be written either, "
+            f"so nothing is on record ({exc})", run_dir) from exc
 
 
 class Progress:

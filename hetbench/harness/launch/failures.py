@@ -3,12 +3,14 @@ their event logs): shared by every launcher and by `bench summarize`."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import shutil
 import signal
 from pathlib import Path
 
 from hetbench.core.record import last_iteration
-from hetbench.core.store import read_json
+from hetbench.core.store import ResultsWriteError, read_json
 
 
 def failure_cause(run_dir: Path, codes: dict[int, int | None]) -> str:
@@ -20,7 +22,8 @@ def failure_cause(run_dir: Path, codes: dict[int, int | None]) -> str:
     reports = {}
     for rank in codes:
         path = run_dir / f"error.rank{rank}.json"
-        if path.exists():
+        # None, or one cut short (a full disk): as if the rank had not reported.
+        with contextlib.suppress(OSError, ValueError):
             reports[rank] = read_json(path)
     # A rank killed by a signal could not report; its peers' reports are symptoms of it.
     # SIGTERM last: it is how torchrun stops the healthy ranks after one failed.
@@ -50,10 +53,36 @@ def failure_cause(run_dir: Path, codes: dict[int, int | None]) -> str:
             cause = f"rank {hung} hung (no progress, no error) at iteration {last[hung]}; {cause}"
         return cause[:500]
     failed = [(r, c) for r, c in codes.items() if c not in (None, 0)]
+    full = disk_full_note(run_dir)
     if failed:
         rank, code = failed[0]
-        return f"rank {rank} exited with code {code} (see worker.rank{rank}.log)"
-    return "no rank reported an error; see the launcher's log and worker.rank<r>.log"
+        # A rank that could not write its results could not write why either.
+        return f"rank {rank} exited with code {code} (see worker.rank{rank}.log){full}"
+    return f"no rank reported an error; see the launcher's log and worker.rank<r>.log{full}"
+
+
+#: Below this many free bytes on the results' filesystem, a rank that died without a report is
+#: taken to have died of the full disk (its report could not be written).
+NEARLY_FULL_BYTES = 1 << 20
+
+
+def disk_full_note(run_dir: Path) -> str:
+    """'; the disk holding the results is full (N bytes free)', or '' when it is not."""
+    try:
+        free = shutil.disk_usage(run_dir).free
+    except OSError:
+        return ""
+    if free >= NEARLY_FULL_BYTES:
+        return ""
+    return f"; {DISK_FULL} ({run_dir}: {free} bytes free)"
+
+
+DISK_FULL = "the disk holding the results is full"
+
+
+def results_write_failed(cause: str | None) -> bool:
+    """Did the run fail because its results could not be written (its cause says so)?"""
+    return cause is not None and (ResultsWriteError.__name__ in cause or DISK_FULL in cause)
 
 
 def _is_comm_symptom(report: dict) -> bool:
