@@ -28,6 +28,7 @@ operation here then lasts at least its modeled time (hetbench/network/emulator.p
 from __future__ import annotations
 
 import datetime
+import threading
 import time
 from collections.abc import Sequence
 
@@ -71,6 +72,10 @@ class Comm:
         #: Point to point through host memory: gloo has no CUDA path for it. A test may set it
         #: on a CPU world to run the staging code, which then copies CPU tensors.
         self.stages_through_host = backend == "gloo" and device.type == "cuda"
+        # The ranks one thread's operations met (record_peers): the harness notes whom each
+        # step synchronized with, whatever the algorithm says, for "who waited for whom".
+        self._recording_thread: int | None = None
+        self._met: set[int] = set()
 
     @classmethod
     def connect(cls, rank: int, world_size: int, host: str | None, port: int | None,
@@ -95,6 +100,22 @@ class Comm:
         """What this rank ran on, for its done record and the report's metadata."""
         return {"backend": self.backend, "device": str(self.device),
                 "host_staged_p2p": self.stages_through_host}
+
+    # -- whom a step met ----------------------------------------------------------------------
+    def record_peers(self) -> None:
+        """Start noting the ranks that this thread's operations involve (the harness calls it
+        around each step; a serving thread's operations are not the step's)."""
+        self._recording_thread, self._met = threading.get_ident(), set()
+
+    def recorded_peers(self) -> set[int]:
+        """The ranks met since record_peers() (this rank's own included when a collective
+        spanned it), and stop noting."""
+        met, self._met, self._recording_thread = self._met, set(), None
+        return met
+
+    def _meet(self, ranks) -> None:
+        if self._recording_thread == threading.get_ident():
+            self._met.update(ranks)
 
     def end_setup(self) -> None:
         """Training starts: from now on a subset of ranks without a group is formed on the fly,
@@ -146,6 +167,7 @@ class Comm:
     def _collective(self, members: Sequence[int] | None, group, tensor: torch.Tensor, run,
                     broadcast: bool = False) -> None:
         """run() the real collective, or, with an emulated network, no faster than modeled."""
+        self._meet(range(self.world_size) if members is None else members)
         if self.network is None:
             run()
             return
@@ -200,6 +222,7 @@ class Comm:
 
     def send_on(self, group, tensor: torch.Tensor, dst: int, tag: int = 0) -> None:
         """Send on a channel (None: the world group); `dst` is a global rank."""
+        self._meet((dst,))
         if self.stages_through_host:
             tensor = _host_copy(tensor)
         if self.network is None:
@@ -223,6 +246,7 @@ class Comm:
             tensor.copy_(host)
         else:
             sender = dist.recv(tensor, src=src, group=group, tag=tag)
+        self._meet((sender,))
         network = self.network
         if network is None:
             return sender
@@ -231,6 +255,7 @@ class Comm:
         return sender
 
     def isend_on(self, group, tensor: torch.Tensor, dst: int, tag: int = 0) -> dist.Work:
+        self._meet((dst,))
         if self.stages_through_host:
             # What is sent is this copy (the Work keeps it alive until sent): the caller's
             # tensor may change once isend returns.
@@ -256,6 +281,8 @@ class Comm:
                         lambda since: network.recv_end(src, key, seq, since))
 
     def _irecv(self, group, tensor: torch.Tensor, src: int | None, tag: int):
+        if src is not None:
+            self._meet((src,))
         if not self.stages_through_host:
             return dist.irecv(tensor, src=src, group=group, tag=tag)
         host = torch.empty(tensor.shape, dtype=tensor.dtype)
@@ -292,6 +319,7 @@ class Comm:
 
     def p_reduce_(self, tensor: torch.Tensor, members: Sequence[int]) -> torch.Tensor:
         """In-place mean of `tensor` over `members` (this rank among them); others not involved."""
+        self._meet(members)
         return self.member_groups.p_reduce_(tensor, members, self.network)
 
     def rpc(self, peer: int, call):

@@ -38,10 +38,11 @@ class StepInfo:
     #: purely local step). Reports turn it into synchronization health (the share of iterations
     #: that averaged with a peer, the mean group size); None means the algorithm does not say.
     peers: int | None = None
-    #: The ranks this step synchronized with (its own excluded), when the algorithm knows them:
-    #: "who waited for whom" then attributes the step's waiting to the one of them that
-    #: arrived at this iteration last, inferred from their arrivals if the step logged no
-    #: wait_s. For protocols whose peers meet at the same iteration (gossip, pairs, groups).
+    #: The ranks this step synchronized with (its own excluded). None: the ranks the step's
+    #: Comm operations involved, which the harness records itself. "Who waited for whom" then
+    #: attributes the step's waiting to the one of them that arrived at this iteration last,
+    #: inferred from their arrivals where the step logged no wait_s: for protocols whose
+    #: peers meet at the same iteration (gossip, pairs, groups).
     peer_ranks: list[int] | None = None
     #: Mean age of what was mixed in, in iterations: how far the peers' models were from this
     #: worker's iteration (0 when everyone is at the same one). ps-async counts server updates.

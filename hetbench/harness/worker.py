@@ -146,15 +146,21 @@ class History:
         return self.states[max(0, bisect.bisect_right(kept, iteration) - 1)][1]
 
 
-def sync_fields(info: StepInfo) -> dict[str, Any]:
-    """The event's standard synchronization fields (peers, staleness), where the step gave them."""
+def sync_fields(info: StepInfo, met: set[int] = frozenset(), rank: int = 0,
+                workers: int = 0) -> dict[str, Any]:
+    """The event's standard synchronization fields (peers, staleness), where the step gave them,
+    and `peer_ranks`: the ranks the step met, as the step says (StepInfo.peer_ranks) or else as
+    Comm recorded them (`met`). Left out when they are every other worker (all-worker
+    collectives need no list, which would grow with the world)."""
     fields = {}
     if info.peers is not None:
         fields["peers"] = info.peers
     if info.staleness is not None:
         fields["staleness"] = info.staleness
-    if info.peer_ranks is not None:
-        fields["peer_ranks"] = [int(r) for r in info.peer_ranks]
+    peer_ranks = (set(map(int, info.peer_ranks)) if info.peer_ranks is not None
+                  else set(met) - {rank})
+    if peer_ranks and not peer_ranks >= set(range(workers)) - {rank}:
+        fields["peer_ranks"] = sorted(peer_ranks)
     return fields
 
 
@@ -344,7 +350,9 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
                 fault.maybe_fire(rank, iteration)
             # Communication that started inside backward counts from end_compute on.
             t_sync = cluster_ns(end_compute.t_end_ns)
+            comm.record_peers()
             info = algorithm.step(ctx, model, optimizer)
+            met = comm.recorded_peers()
             end_compute.synchronize()  # the step's own device work (its update) is the step's
             t_end = cluster_ns(time.time_ns())
             step_s = (t_end - t_sync) / 1e9
@@ -359,7 +367,8 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
                 "samples": 0 if info.discarded else batch_size,
                 **({"samples_discarded": batch_size} if info.discarded else {}),
                 "loss": loss_value, "snapshot_s": snapshot_s, "process_cpu_s": process_cpu_s,
-                **sync_fields(info), **cluster_fields(info.fields, k),
+                **sync_fields(info, met, rank, config.workers),
+                **cluster_fields(info.fields, k),
             })
             iteration = info.next_iteration if info.next_iteration is not None else iteration + 1
             if history is not None:  # after the event; its time goes in the next one's

@@ -18,10 +18,11 @@ The rule per kind of synchronization (RULES, quoted in the report):
 - neighbours (dpsgd): worker i's step k waits for its graph neighbours' steps k. Its logged
   wait_s up to the latest neighbour arrival is attributed to that neighbour; the rest (after
   everyone had arrived) is transfer time, left unattributed.
-- the ranks it met (sgp, dpsgd on a time-varying graph: the event's `from`; any algorithm,
-  plugins included, whose StepInfo gives `peer_ranks`): like neighbours, with the step's own
-  list of peers; where the step logged no wait_s, its waiting is inferred from the arrivals as
-  for all workers.
+- the ranks it met (the event's `peer_ranks`: what the step's Comm operations involved, as the
+  harness recorded them, or what StepInfo.peer_ranks said; else its `from`): sgp, dpsgd on a
+  time-varying graph, any algorithm or plugin whose steps meet a subset of the workers. Like
+  neighbours, with the step's own list of peers; where the step logged no wait_s, its waiting
+  is inferred from the arrivals as for all workers.
 - one peer (adpsgd): an active worker's wait_s is the round trip of its averaging request, ended
   by the reply of the passive peer it asked (event field `peer`): attributed to that peer. A
   passive worker waits only for its own serving thread's lock: unattributed.

@@ -123,3 +123,26 @@ def test_ranks_sharing_a_gpu_all_choose_gloo_and_ranks_with_their_own_choose_ncc
     # Two hosts of 2 GPUs, the second with 3 ranks: only its third rank sees the sharing.
     assert _vote([0, 1, 0, 1, 2], gpus=2, monkeypatch=monkeypatch) == ["gloo"] * 5
     assert _vote([0, 1], gpus=1, monkeypatch=monkeypatch) == ["gloo", "gloo"]
+
+
+def _record_whom_a_step_met(comm):
+    import threading
+
+    comm.end_setup()
+    comm.record_peers()
+    t = torch.ones(2)
+    if comm.rank in (0, 1):
+        comm.p_reduce_(t, [0, 1])
+    if comm.rank == 2:
+        comm.send(t, dst=0, tag=9)
+    if comm.rank == 0:
+        comm.recv(t, tag=9)  # any sender: the one that sent is what it met
+    # An operation on another thread (a serving thread) is not the step's.
+    other = threading.Thread(target=lambda: comm._meet((7,)))
+    other.start()
+    other.join()
+    return sorted(comm.recorded_peers())
+
+
+def test_comm_records_the_ranks_a_step_met_on_its_own_thread():
+    assert on_ranks(_record_whom_a_step_met, 3) == [[0, 1, 2], [0, 1], [0]]

@@ -378,7 +378,7 @@ class Hypercube(Algorithm):
         params = flat_params(model)
         ctx.comm.p_reduce_(params, [ctx.rank, other])
         set_flat_params(model, params)
-        return StepInfo(peers=1, staleness=0.0, peer_ranks=[other])
+        return StepInfo(peers=1, staleness=0.0)  # whom it met: the harness records it
 
 
 class HypercubeSim(Protocol):

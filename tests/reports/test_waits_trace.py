@@ -192,8 +192,10 @@ def test_local_steps_wait_for_nobody(simulated):
 
 @pytest.mark.parametrize("topology", ["ring", "one-peer-exponential"])
 def test_real_gossip_waits_are_pinned_on_the_peers_each_step_met(tmp_path, bench, topology):
-    """sgp and D-PSGD on a time-varying graph name each step's peers (`from`): every attributed
-    second is on one of them, and the straggler is the one most waited on."""
+    """sgp and D-PSGD on a time-varying graph: each step's peers are the ranks its Comm
+    operations met (the harness records them as peer_ranks: the in-neighbours it received from
+    and the out-neighbours whose receive its sends waited for). Every attributed second is on
+    one of them, and the straggler is the one most waited on."""
     out = tmp_path / "results"
     algorithm, matrix = ("sgp", []) if topology == "ring" else ("dpsgd", [topology])
     spec = tmp_path / "m.toml"
@@ -207,7 +209,8 @@ def test_real_gossip_waits_are_pinned_on_the_peers_each_step_met(tmp_path, bench
     events = load_rank_events(run)
     waits = run_waits(run, events)
     assert waits.rule == "from", waits.reason
-    met = {(r, e["iteration"]): set(e["from"]) for r, es in events.items() for e in es}
+    met = {(r, e["iteration"]): set(e["peer_ranks"]) for r, es in events.items() for e in es}
+    assert all(set(e["from"]) <= set(e["peer_ranks"]) for es in events.values() for e in es)
     assert waits.per_step
     for (rank, k), (on, _) in waits.per_step.items():
         assert on in met[(rank, k)]
