@@ -1,4 +1,5 @@
-"""The matrix flags shared by `bench run` and `bench sim`: both expand the same matrix."""
+"""The matrix flags shared by `bench run`, `bench sim` and `bench tune`: all expand the same
+matrix."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ _MATRIX_FLAGS = [
                  help="Wall-clock budget per run (seconds; simulated seconds in `bench sim`)."),
     click.option("--seeds", help="Comma-separated seeds, or a count N meaning seeds 1..N."),
     click.option("--pace-ms", type=float, help="Floor on each iteration's compute time (ms)."),
+    click.option("--target", help="Convergence target the report times each run to, e.g. "
+                 "accuracy:0.85 or loss:0.5 (as the matrix file's `target`)."),
     click.option("--network", help="The cluster's network model: a preset name (prague, hop, "
                  "ethernet-10g), in place of the matrix's [network] table; 'none' for none "
                  "(docs/network.md)."),

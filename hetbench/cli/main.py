@@ -78,7 +78,7 @@ def list_cmd(options: bool) -> None:
 @wait_flag
 @oversubscribe_flag
 def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
-            pace_ms, out, launcher, force, dry_run, prepare, network, dilation, wait,
+            pace_ms, target, out, launcher, force, dry_run, prepare, network, dilation, wait,
             allow_oversubscribe) -> None:
     """Run a matrix of algorithms x workloads x workers x slowdowns x seeds."""
     from hetbench.harness.matrix import check_writable, from_file_and_flags
@@ -86,7 +86,7 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
     spec, configs = from_file_and_flags(
         matrix_file, algorithms=algorithms, workloads=workloads, workers=workers,
         slowdown=slowdown, iterations=iterations, seconds=seconds, seeds=seeds, pace_ms=pace_ms,
-        launcher=launcher, network=network, dilation=dilation)
+        launcher=launcher, network=network, dilation=dilation, target=target)
     out_dir = out or Path("results") / str(spec["name"])
     check_writable(out_dir)
     for warning in _dilation_warnings(configs):

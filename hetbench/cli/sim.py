@@ -54,8 +54,8 @@ from hetbench.errors import UserError
 @click.option("--dry-run", is_flag=True, help="List the runs the matrix expands to, run nothing.")
 @wait_flag
 def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
-            pace_ms, network, dilation, out, compute_ms, fit_from, against, events, dry_run,
-            wait, **model_flags) -> None:
+            pace_ms, target, network, dilation, out, compute_ms, fit_from, against, events,
+            dry_run, wait, **model_flags) -> None:
     """Simulate a matrix (discrete events) and write results that `bench report` reads."""
     # model_flags: alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, gg_request_us
     # (see _models).
@@ -63,6 +63,7 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
 
     if compute_ms is not None and fit_from is not None:
         raise UserError("give either --compute-ms or --fit-from, not both")
+
     if against is not None:
         if matrix_file is not None or network is not None or dilation is not None:
             raise UserError("--against replays the real runs' own configs (their networks "
@@ -74,7 +75,7 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
     spec, configs = from_file_and_flags(
         matrix_file, algorithms=algorithms, workloads=workloads, workers=workers,
         slowdown=slowdown, iterations=iterations, seconds=seconds, seeds=seeds, pace_ms=pace_ms,
-        network=network, dilation=dilation)
+        network=network, dilation=dilation, target=target)
     out_dir = out or Path("results") / "sim" / str(spec["name"])
     if dry_run:
         for config in configs:
@@ -88,6 +89,14 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         simulated_protocol(config)
     check_writable(out_dir)
     with lock_results(out_dir, "bench sim", wait):
+        if (fit_from is None and any(not config.network for config in configs)
+                and all(v is None for k, v in model_flags.items() if k != "beta_gbps")):
+            # Before anything else it prints: a prediction from costs fitted to no machine.
+            click.echo("note: default costs, fitted to no machine (alpha 20 us, "
+                       f"{model_flags['beta_gbps']:g} Gbit/s, no CPU per message, a core per "
+                       "process; a run's [network] table replaces them): `--fit-from RESULTS` fits "
+                       "them to real runs of yours, `--against RESULTS` shows each cell's error",
+                       err=True)
         _simulate_all(configs, models, out_dir, events)
 
 

@@ -20,7 +20,7 @@ from hetbench.errors import UserError
 @wait_flag
 @oversubscribe_flag
 def tune_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
-             pace_ms, network, dilation, trials, out, force, dry_run, wait,
+             pace_ms, target, network, dilation, trials, out, force, dry_run, wait,
              allow_oversubscribe) -> None:
     """Tune every algorithm with the same number of trials from the matrix's [tune] search
     space, then score each by its best trial's time to target (AlgoPerf's external ruleset)."""
@@ -34,7 +34,7 @@ def tune_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, 
     spec, base = from_file_and_flags(
         matrix_file, algorithms=algorithms, workloads=workloads, workers=workers,
         slowdown=slowdown, iterations=iterations, seconds=seconds, seeds=seeds, pace_ms=pace_ms,
-        network=network, dilation=dilation)
+        network=network, dilation=dilation, target=target)
     ruleset, drawn = expand_tuning(spec, base, trials)
     configs = [config for config, _, _ in drawn]
     out_dir = out or Path("results") / f"{spec['name']}"

@@ -25,7 +25,8 @@ class WorkerContext:
     rng: np.random.Generator
     #: What the algorithm's services() yielded in the launcher (addresses of helper processes).
     services: dict = field(default_factory=dict)
-    #: True once the worker's budget is spent; async algorithms read it in finish().
+    #: Always False: kept so that plugins of the previous release that read it still load.
+    #: An algorithm learns that training is over when the harness calls its finish().
     stopping: bool = False
     #: Ends this iteration's compute (pace floor, injected slowdown); the harness calls it
     #: after backward. An algorithm that communicates inside backward (a DDP hook) calls it

@@ -1,7 +1,8 @@
 """Convergence targets ("accuracy:0.85", "loss:0.5"): pure code, used by runs and reports.
 
-A run whose config names a target times it to the iteration after training (worker.py); reports
-read that time, or interpolate between evaluations for a target chosen later.
+A run whose config names a target times it to the iteration after training
+(harness/evaluation.py); reports read that time, or interpolate between evaluations for a target
+chosen later.
 """
 
 from __future__ import annotations

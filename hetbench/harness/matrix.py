@@ -47,7 +47,8 @@ DEFAULTS: dict[str, Any] = {"slowdown": ["none"], "seeds": [1]}
 def load_matrix_file(path: Path) -> dict[str, Any]:
     """Parse a matrix TOML file into a plain dict, with one-line errors for what is wrong."""
     if not path.is_file():
-        raise UserError(f"matrix file {path} does not exist")
+        raise UserError(f"matrix file {path} " + ("is a directory, not a matrix file"
+                                                  if path.is_dir() else "does not exist"))
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
@@ -190,6 +191,7 @@ def from_file_and_flags(matrix_file: Path | None, *, algorithms: str | None = No
                         seconds: float | None = None, seeds: str | None = None,
                         pace_ms: float | None = None, launcher: str | None = None,
                         network: str | None = None, dilation: float | None = None,
+                        target: str | None = None,
                         ) -> tuple[dict[str, Any], list[RunConfig]]:
     """The matrix of a file (optional) with command-line flags over it: (spec, RunConfigs).
     `network` names a preset (or "none": no network model), `dilation` sets the network's."""
@@ -213,6 +215,7 @@ def from_file_and_flags(matrix_file: Path | None, *, algorithms: str | None = No
         "seconds": seconds,
         "pace_ms": pace_ms,
         "launcher": launcher,
+        "target": target,
     }
     if seconds is not None and iterations is None:
         spec.pop("iterations", None)

@@ -7,7 +7,7 @@ convergence runs with real compute on a CPU.
   each followed by batch norm, and one linear classifier on the last pool's channels (14.7M
   parameters). Plain VGG-16 narrowed for a CPU did not train reliably here (stuck at chance for
   some widths and learning rates); with batch norm it does (evaluation averages the running
-  statistics with the parameters, see harness.worker._evaluate).
+  statistics with the parameters, see harness.evaluation.evaluate).
 
 `width` scales every layer's channels (and the torchvision classifier's units): cifar-bn at
 width 1/8 has 0.23M parameters and a batch of 32 takes about 17 ms on one core.

@@ -25,6 +25,7 @@ def test_sim_then_report_and_compare(tmp_path, bench):
     result = bench("sim", str(matrix), "--workers", "4,8", "--alpha-us", "500",
                    "--cpu-us", "200", "--cores", "2", "--out", str(out))
     assert result.returncode == 0, result.stdout + result.stderr
+    assert "default costs" not in result.stderr  # costs given: nothing to warn of
     assert result.stdout.count("sim  ") == 12
     assert "predicted throughput vs allreduce" in result.stdout
     runs = sorted(p for p in out.iterdir() if p.is_dir())
@@ -46,6 +47,14 @@ def test_sim_then_report_and_compare(tmp_path, bench):
     compare = bench("compare", str(out))
     assert compare.returncode == 0, compare.stderr
     assert "prague-smart" in compare.stdout
+
+
+def test_sim_with_default_costs_says_so_first_and_how_to_fit_them(tmp_path, bench):
+    result = bench("sim", "--algorithms", "allreduce", "--workloads", "mlp-digits", "--workers",
+                   "4", "--iterations", "10", "--pace-ms", "5", "--out", tmp_path / "sim")
+    assert result.returncode == 0, result.stderr
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("note: default costs") and "--fit-from RESULTS" in first
 
 
 def test_sim_bad_input_is_one_line_and_exit_2(tmp_path, bench):
@@ -78,6 +87,8 @@ def test_sigterm_marks_the_simulation_interrupted_and_a_rerun_replaces_it(tmp_pa
             "--iterations", "1500", "--pace-ms", "10", "--out", str(out)]
     proc = subprocess.Popen([*bench_cmd, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=cli_env)
+    first = proc.stdout.readline()
+    assert first.startswith("note: default costs"), first
     assert "simulated run(s)" in proc.stdout.readline()
     deadline = time.time() + 60
     while not list(out.glob("*/config.json")) and time.time() < deadline:
