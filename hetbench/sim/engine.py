@@ -587,18 +587,36 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path,
     return SimResult(config, run_dir, summary, summary["sim_s"])
 
 
+#: Summary fields only a real run's host can measure: a simulated summary names them as absent.
+REAL_ONLY = ("launcher", "backend", "devices", "fidelity", "network")
+
+
 def _summary(config: RunConfig, models: SimModels, engine: Engine, status: str,
              cause: str | None, started: float) -> dict[str, Any]:
+    stats = engine.protocol.stats()
     summary = {
         **summary_head(config, status, cause, started),
         **engine.sink.summary(config),
-        "simulated": True, "sim": {**models.to_dict(config), **engine.protocol.stats()},
+        **_facts(config, stats),
+        "simulated": True, "sim": {**models.to_dict(config), **stats},
         "data": "none (simulated)",
+        # What a real summary of this config would hold that no simulation can measure.
+        "absent": [key for key in REAL_ONLY
+                   if key not in ("fidelity", "network") or config.network],
     }
     # A simulated run has no start-up: its wall time is the simulated training span.
     summary["wall_s"] = summary["train_wall_s"]
     summary["sim_s"] = time.time() - started
     return summary
+
+
+def _facts(config: RunConfig, stats: dict[str, Any]) -> dict[str, Any]:
+    """The algorithm's summary_facts, as a real summary has them: the same keys, with what the
+    protocol counted (its stats) where it counted the same thing, None where a fact needs what
+    only real ranks record (their event fields, their done records)."""
+    algorithm = config.algorithm_class()
+    facts = algorithm.summary_facts(config.algorithm_config(), [], [None] * config.world_size)
+    return {key: stats.get(key, value) for key, value in facts.items()}
 
 
 def _clear_previous(run_dir: Path) -> None:
