@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+import numpy as np
 
 
 def throughput_window(events_by_rank: dict[int, list[dict[str, Any]]],
@@ -26,38 +28,58 @@ def throughput_window(events_by_rank: dict[int, list[dict[str, Any]]],
 
 
 def throughput(events_by_rank: dict[int, list[dict[str, Any]]], warmup_iterations: int) -> float:
-    """Samples processed by all workers per second inside the steady-state window.
+    """Samples processed by all workers per second inside the steady-state window, from event
+    logs: throughput_of_columns over each worker's events."""
+    ranks = list(events_by_rank.values())
+    return throughput_of_columns([[e["t_start"] for e in events] for events in ranks],
+                                 [[e["t_end"] for e in events] for events in ranks],
+                                 [[e["samples"] for e in events] for events in ranks],
+                                 warmup_iterations)
+
+
+def throughput_of_columns(starts: Sequence, ends: Sequence, samples: Sequence,
+                          warmup_iterations: int) -> float:
+    """Samples processed by all workers per second inside the steady-state window (see
+    throughput_window), from each worker's columns of step starts and ends (ns) and samples:
+    the one implementation real runs (their event logs) and simulated ones (the columns the
+    simulator keeps, millions of steps at scale) share.
 
     An iteration counts in proportion to its overlap with the window, so the rate does not jump
     with where iteration boundaries fall. Without a common window (an asynchronous run whose
     fastest worker finished before the slowest one left warm-up) it is the sum of each worker's
-    own post-warm-up rate; 0 only if some worker never got past warm-up.
+    own post-warm-up rate; 0 only if some worker never got past warm-up. The sum runs term by
+    term in Python's arithmetic (exact integer products, one rounding per division, a running
+    sum in worker and step order), so every caller gets the same float.
     """
-    window = throughput_window(events_by_rank, warmup_iterations)
-    if window is None:
-        return _sum_of_own_rates(events_by_rank, warmup_iterations)
-    t0, t1 = window
-    samples = 0.0
-    for events in events_by_rank.values():
-        for e in events:
-            overlap = min(e["t_end"], t1) - max(e["t_start"], t0)
-            if overlap > 0:
-                samples += e["samples"] * overlap / (e["t_end"] - e["t_start"])
-    return samples / ((t1 - t0) / 1e9)
-
-
-def _sum_of_own_rates(events_by_rank: dict[int, list[dict[str, Any]]],
-                      warmup_iterations: int) -> float:
+    warmup = warmup_iterations
+    if any(len(s) <= warmup for s in starts):
+        return 0.0
+    first = [(e[warmup - 1] if warmup else s[0]) for s, e in zip(starts, ends, strict=True)]
+    t0, t1 = max(first), min(e[-1] for e in ends)
+    if t1 <= t0:
+        return _sum_of_own_rates(starts, ends, samples, warmup)
     total = 0.0
-    for events in events_by_rank.values():
-        if len(events) <= warmup_iterations:
-            return 0.0
-        steady = events[warmup_iterations:]
-        t0 = events[warmup_iterations - 1]["t_end"] if warmup_iterations else steady[0]["t_start"]
-        span_ns = steady[-1]["t_end"] - t0
+    for s, e, n in zip(starts, ends, samples, strict=True):
+        a = np.asarray(s, dtype=np.int64)
+        b = np.asarray(e, dtype=np.int64)
+        overlap = np.minimum(b, t1) - np.maximum(a, t0)
+        keep = overlap > 0
+        if not keep.any():
+            continue
+        for samples_e, over, span in zip(np.asarray(n)[keep].tolist(), overlap[keep].tolist(),
+                                         (b - a)[keep].tolist(), strict=True):
+            total += samples_e * over / span
+    return total / ((t1 - t0) / 1e9)
+
+
+def _sum_of_own_rates(starts: Sequence, ends: Sequence, samples: Sequence, warmup: int) -> float:
+    total = 0.0
+    for s, e, n in zip(starts, ends, samples, strict=True):
+        t0 = int(e[warmup - 1]) if warmup else int(s[0])
+        span_ns = int(e[-1]) - t0
         if span_ns <= 0:
             return 0.0
-        total += sum(e["samples"] for e in steady) / (span_ns / 1e9)
+        total += sum(np.asarray(n)[warmup:].tolist()) / (span_ns / 1e9)
     return total
 
 

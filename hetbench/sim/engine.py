@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from hetbench.core.config import SCHEMA_VERSION, RunConfig
-from hetbench.core.metrics import SyncTally
+from hetbench.core.metrics import SyncTally, throughput_of_columns
 from hetbench.core.record import encode_fields, summary_head
 from hetbench.core.registry import ALGORITHMS
 from hetbench.core.signals import interrupted_cause
@@ -478,8 +478,8 @@ class EventSink:
         ends = [max(e) for e in self.ends if e]
         columns = [[per_rank[i] for per_rank in self.times] for i in range(4)]
         return {
-            "throughput": _throughput(self.starts, self.ends, self.counted,
-                                      config.warmup_iterations),
+            "throughput": throughput_of_columns(self.starts, self.ends, self.counted,
+                                                config.warmup_iterations),
             "samples": sum(sum(c) for c in self.counted),
             "iterations": sum(counts),
             "iterations_per_worker": counts,
@@ -498,47 +498,6 @@ class EventSink:
                                       columns, strict=True)},
             "events": "full" if self.full else "workers",
         }
-
-
-def _throughput(starts: list[array], ends: list[array], samples: list[array],
-                warmup: int) -> float:
-    """metrics.throughput over per-rank arrays, with the same arithmetic in the same order
-    (bit-identical; building 3 million event dicts for it took a GB at 16,384 workers)."""
-    if any(len(s) <= warmup for s in starts):
-        return 0.0  # as metrics.throughput: some worker never got past warm-up
-    first = [(e[warmup - 1] if warmup else s[0]) for s, e in zip(starts, ends, strict=True)]
-    t0, t1 = max(first), min(e[-1] for e in ends)
-    if t1 <= t0:
-        return _own_rates(starts, ends, samples, warmup)
-    total = 0.0
-    for s, e, n in zip(starts, ends, samples, strict=True):
-        a = np.frombuffer(s, dtype=np.int64)
-        b = np.frombuffer(e, dtype=np.int64)
-        overlap = np.minimum(b, t1) - np.maximum(a, t0)
-        keep = overlap > 0
-        if not keep.any():
-            continue
-        # Python's int arithmetic term by term, as metrics.throughput: exact products, then
-        # one rounding per division, then a running sum in event order.
-        for samples_e, over, span in zip(np.frombuffer(n, dtype=np.int_)[keep].tolist(),
-                                         overlap[keep].tolist(), (b - a)[keep].tolist(),
-                                         strict=True):
-            total += samples_e * over / span
-    return total / ((t1 - t0) / 1e9)
-
-
-def _own_rates(starts, ends, samples, warmup: int) -> float:
-    """metrics._sum_of_own_rates over per-rank arrays."""
-    total = 0.0
-    for s, e, n in zip(starts, ends, samples, strict=True):
-        if len(s) <= warmup:
-            return 0.0
-        t0 = e[warmup - 1] if warmup else s[warmup]
-        span_ns = e[-1] - t0
-        if span_ns <= 0:
-            return 0.0
-        total += sum(n[warmup:]) / (span_ns / 1e9)
-    return total
 
 
 @dataclass
