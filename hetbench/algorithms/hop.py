@@ -308,16 +308,13 @@ class Hop(Algorithm):
 
 # -- simulated protocol (bench sim): the same rules in simulated time ------------------------
 
-#: Kinds of a simulated message (None: DONE).
-UPDATE, SKIP = 0, 1
-
-
 class HopSim(Protocol):
     """Hop's queues: backup workers, bounded staleness, token queues (iteration gap), skipping.
 
     Per worker: an update queue per neighbour of (lo, hi) entries, each neighbour's newest
     `entered` iteration, and the neighbours that are done, all updated when a message lands
-    (one alpha + bytes/beta after it was sent). The rules are py's, applied to that state.
+    (one alpha + bytes/beta after it was sent). The rules are hop.py's (the real step's), applied
+    to that state. A simulated message's kind is UPDATE or SKIP, or None for DONE.
     """
 
     def __init__(self, engine):
@@ -363,7 +360,7 @@ class HopSim(Protocol):
         if self.blocked[dst] is not None:
             self._unblock(dst)
 
-    # -- py's rules, on this worker's state ----------------------------------------------
+    # -- hop.py's rules, on this worker's state ------------------------------------------
     def _updates_ready(self, w, k):
         return updates_ready(self.queues[w], self.done_peers[w], k, self.b, self.s)
 
