@@ -167,8 +167,8 @@ class MemberGroups:
         return dist.ProcessGroupGloo(store, rank, size, options)
 
     def _drop(self, group) -> None:
-        # Tearing a gloo communicator down takes 10-30 ms (measured: its pairs and thread are
-        # closed one by one), so a background thread does it, off the training path.
+        # Tearing a gloo communicator down closes its pairs and thread one by one, which takes
+        # milliseconds, so a background thread does it, off the training path.
         if group is None:
             return
         if self._reaper is None:

@@ -32,9 +32,9 @@ HISTORY_BYTES = 256 * 2**20
 GATHER_BYTES = 512 * 2**20
 TARGET_TAG = 71
 #: Candidate moments rank 0 tests one by one for that first moment (a test is one evaluation of
-#: the averaged model, no communication: about 2 ms for svm or mlp-digits); beyond this many it
+#: the averaged model, without communication, cheap for small models); beyond this many it
 #: narrows them first in rounds of SCAN_PROBES evenly spaced tests, and can then miss a brief
-#: excursion above the target (hop on svm, 8 workers: 20-25% later than the exact first moment).
+#: excursion above the target, so the record says it is not exact.
 LINEAR_PROBES = 4096
 SCAN_PROBES = 64
 
@@ -168,9 +168,8 @@ def evaluate(config: RunConfig, ctx: WorkerContext, workload: Workload, model,
             note(ctx.rank, f"evaluating snapshot {tick // stride + 1}/{last_tick // stride + 1}")
             # With a history, the model each worker had at the tick itself. A snapshot is
             # taken at the first iteration start after the tick, so it may hold a step that
-            # ended after it; the time to target below takes each evaluation's moment as exact,
-            # and reported the tick for a crossing up to one step later (found in a bench tune
-            # trial: 1.0 s "exact" where no state before 1.0 s met the target).
+            # ended after it, and the time to target below, which takes each evaluation's
+            # moment as exact, would report the tick for a crossing up to one step later.
             iteration, flat = (snapshots.at(tick) if history is None
                                else history.at(tick * snapshots.interval_s))
             records.append({"kind": "snapshot", "wall_s": tick * snapshots.interval_s,

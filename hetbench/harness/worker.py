@@ -174,8 +174,8 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous, services: dic
         _end_network(comm, progress)  # evaluation runs at the host's own speed
         # Workers can end their budgets far apart: asynchronous ones (a deterministic straggler
         # runs its own iterations), and synchronous decentralized ones too, a worker up to the
-        # graph's diameter in iterations ahead of a straggler (D-PSGD on a ring of 32 at
-        # dilation 32 finished 50 s apart). The evaluation's collectives must not time out.
+        # graph's diameter in iterations ahead of a straggler, which under a dilated network
+        # is longer than any timeout. The evaluation's collectives must not time out.
         progress.phase = "waiting for the other workers to finish"
         comm.wait_for_arrivals("worker-finished", config.workers)
         end_s = (time.time_ns() - t0_ns) / 1e9 / config.dilation

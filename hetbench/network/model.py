@@ -131,7 +131,7 @@ def resolve_network(table: dict[str, Any] | None) -> dict[str, Any]:
 
 
 #: CPU seconds one worker's iteration costs the host beyond its compute (the Python loop, gloo's
-#: transport): 1.7-2.9 ms measured for ps-async and ps-sync on mlp-digits (docs/bench-sim.md).
+#: transport): the upper end of what ps-async and ps-sync on mlp-digits cost (BENCHMARKS.md).
 HOST_CPU_PER_STEP_S = 2.5e-3
 
 

@@ -262,7 +262,7 @@ class LayoutCache:
     """Layouts built before, in HETBENCH_CACHE_DIR (else ~/.cache/hetbench)/layouts.json.
 
     Building a model for its message sizes means importing torchvision and allocating the
-    model: about 1 s of every `bench sim` command's start-up, for numbers that only change
+    model, a large part of a `bench sim` command's start-up, for numbers that only change
     with the code or the versions in the key. A cache that cannot be read or written is
     skipped (the layout is built); the newest MAX_ENTRIES are kept.
     """
@@ -460,8 +460,8 @@ def fit_compute(results_dir: Path) -> ComputeModel:
 def fit_gg_request(results_dir: Path) -> float | None:
     """Seconds the Group Generator spends per request, from real prague-smart/random runs: the
     CPU its process spent serving (service-gg.cpu.json) over the run's iterations (one request
-    each); the median over runs. Python gRPC, not the grouping, is most of it (about 1 ms per
-    request on the validation machine, where GroupGenerator.request itself takes 5 us)."""
+    each); the median over runs. Python gRPC, not the grouping, is most of it, which is why
+    it is fitted from the service's CPU rather than from GroupGenerator.request."""
     from hetbench.core.store import SERVICE_CPU_FILE, read_json
 
     per_request = []

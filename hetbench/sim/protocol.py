@@ -119,9 +119,9 @@ class Meetings:
     The collective costs the ring formula over the members. The members keep LRU caches of
     `cache_size` member communicators (MemberCaches); if one member lacks the group's, they
     all build a new one first (network.group_setup_s; 0 unless set). The store
-    claim before each use (one concurrent compare_set per member) is not charged: on the
-    validation machine a P-Reduce was measured within 10% of an all-reduce of the same ranks
-    (docs/bench-prague.md), so the ring formula already covers it.
+    claim before each use (one concurrent compare_set per member) is not charged: a
+    P-Reduce on a cached communicator costs what an all-reduce of the same ranks costs, within
+    the ring formula's error (BENCHMARKS.md), so the formula already covers it.
     """
 
     def __init__(self, protocol: Protocol):

@@ -68,9 +68,9 @@ def _median(samples) -> float:
 
 
 #: arrival_order: a worker more than this many of its work times past its expected request is
-#: late (slowed, most likely). A quarter, as first shipped, also caught workers that were merely
-#: jittered and left their requesters alone in runs without any slowdown; a 5x slowdown is four
-#: work times late, so one work time still catches it.
+#: late (slowed, most likely). A smaller bound catches workers that are merely jittered and
+#: leaves their requesters alone in runs without any slowdown; a 5x slowdown is four work
+#: times late, so one work time still catches it.
 LATE_AFTER = 1.0
 
 #: "requester": the paper's c_w > c_i - delta_c; "pairwise": every pair within delta_c.

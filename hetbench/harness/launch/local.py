@@ -104,8 +104,8 @@ def _rank_main(run_dir: Path, rank: int, port: int, launcher_pid: int) -> None:
     """Body of a rank's process: its own process group, its own log file, then the worker."""
     # Own process group: Ctrl-C at the terminal reaches only the launcher, which then kills
     # each rank's whole group, so nothing is left behind. Not its own session (setsid): Linux
-    # schedules each session as a separate autogroup, and ranks in separate autogroups ran
-    # about 10% slower than ranks sharing one (measured, benchmarks/allreduce_vs_ddp.py).
+    # schedules each session as a separate autogroup, and ranks in separate autogroups run
+    # slower than ranks sharing one (benchmarks/allreduce_vs_ddp.py shows it).
     os.setpgid(0, 0)
     # A launcher killed outright (SIGKILL, OOM) takes the rank with it instead of leaving it
     # training with half its peers (harness.signals says why not PR_SET_PDEATHSIG here).
