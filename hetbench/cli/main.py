@@ -178,9 +178,10 @@ def _add_commands() -> None:
     cli/tune.py (tune), each module exporting a COMMANDS list."""
     from hetbench.cli.report import COMMANDS as report_commands
     from hetbench.cli.sim import COMMANDS as sim_commands
+    from hetbench.cli.trace import COMMANDS as trace_commands
     from hetbench.cli.tune import COMMANDS as tune_commands
 
-    for command in [*report_commands, *sim_commands, *tune_commands]:
+    for command in [*report_commands, *sim_commands, *tune_commands, *trace_commands]:
         cli.add_command(command)
 
 

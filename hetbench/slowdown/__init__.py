@@ -8,6 +8,7 @@ recorded in the run's config so a run can be replayed:
     prob:K@P           ... with probability P
     det:K@R1,R2        workers R1 and R2 are always K times slower
     trace:PATH         time-varying factors from a CSV file of worker,t_from,t_to,factor
+    replay:PATH        a real job's stragglers from a compute table (slowdown/replay.py)
     net:K@R1,R2        (and netprob, nettrace) slow NICs instead of compute, under a network
                        model: slowdown/network.py
 """
@@ -18,12 +19,13 @@ from hetbench.slowdown.deterministic import DeterministicSlowdown
 from hetbench.slowdown.network import NetProbSlowdown, NetSlowdown, NetTraceSlowdown
 from hetbench.slowdown.none import NoSlowdown
 from hetbench.slowdown.probabilistic import ProbabilisticSlowdown
+from hetbench.slowdown.replay import ReplaySlowdown
 from hetbench.slowdown.trace import TraceSlowdown
 
 #: Every kind, by its spec prefix; a new kind is a module with an Injector subclass, added here.
 KINDS: dict[str, type[Injector]] = {cls.kind: cls for cls in (
     NoSlowdown, ProbabilisticSlowdown, DeterministicSlowdown, TraceSlowdown, NetSlowdown,
-    NetProbSlowdown, NetTraceSlowdown)}
+    NetProbSlowdown, NetTraceSlowdown, ReplaySlowdown)}
 
 __all__ = ["KINDS", "Injector", "parse_slowdown", "slowdown_kinds"]
 
