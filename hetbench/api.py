@@ -28,7 +28,7 @@ The simulated half (`bench sim`)
   (when a point-to-point message sent at `at` arrives, its CPU time included), `wire(src, dst,
   nbytes, at)` (the same without CPU time), `rpc_one_way(w)` (worker w to a service on rank 0's
   node), and `self.net.p_reduce(nbytes, members, active)` (a P-Reduce's duration). `active` is
-  how many processes share the host's cores at that moment (`self.eng.active`): without a
+  how many processes share the host's cores at that moment (`self.engine.active`): without a
   `[network]` table the default model charges each message CPU time shared among them.
   `self.model_bytes` is the model's size; a P-Reduce's first use of a member set costs
   `[network] group_setup_ms` more (MemberCaches says which uses miss).

@@ -209,11 +209,11 @@ class ADPSGDSim(Protocol):
         self.gaps = [0] * self.n
 
     def ready(self, w):
-        t = self.eng.now
+        t = self.engine.now
         if w not in self.active:
             served, self.served[w] = self.served[w], 0
             gaps, self.gaps[w] = self.gaps[w], 0
-            self.eng.end_step(w, t, 0.0, {"served": served}, peers=served,
+            self.engine.end_step(w, t, 0.0, {"served": served}, peers=served,
                               staleness=gaps / served if served else None)
             return
         peers = self.graph[w]
@@ -223,7 +223,7 @@ class ADPSGDSim(Protocol):
                                   .tolist()))
         peer = peers[draws.pop()]
         start = max(self.server_free[peer], t)
-        active = self.eng.active
+        active = self.engine.active
         # The request (model and a flag) to the passive peer, then its reply.
         asked = self.net.message_to(w, peer, self.model_bytes + 4, start, active)
         end = self.net.message_to(peer, w, self.model_bytes, asked, active)
@@ -231,6 +231,6 @@ class ADPSGDSim(Protocol):
         self.served[peer] += 1
         # Both iterations as the request and the reply carry them (the passive's at the time
         # of the request: it serves from a thread, whatever its own step is doing).
-        gap = abs(self.eng.iteration[w] - self.eng.iteration[peer])
+        gap = abs(self.engine.iteration[w] - self.engine.iteration[peer])
         self.gaps[peer] += gap
-        self.eng.end_step(w, end, start - t, {"peer": peer}, peers=1, staleness=float(gap))
+        self.engine.end_step(w, end, start - t, {"peer": peer}, peers=1, staleness=float(gap))

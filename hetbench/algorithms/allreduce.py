@@ -307,11 +307,11 @@ class AllReduceSim(Protocol):
         self.arrived.append(w)
         if len(self.arrived) < self.n:
             return
-        start = self.eng.now  # events run in time order: the last arrival is now
-        active = self.eng.active
+        start = self.engine.now  # events run in time order: the last arrival is now
+        active = self.engine.active
         end = self.net.rings(range(self.n), self.buckets, start, active)
         for x in self.arrived:
-            self.eng.end_step(x, end, start - self.eng.t_sync[x], peers=self.n - 1,
+            self.engine.end_step(x, end, start - self.engine.t_sync[x], peers=self.n - 1,
                               staleness=0.0)
         self.arrived = []
 

@@ -181,11 +181,11 @@ class AllReduceBackupSim(Protocol):
 
     def ready(self, w):
         net = self.net
-        hop, cpu = net.hop(self.eng.active), net.cpu_s
+        hop, cpu = net.hop(self.engine.active), net.cpu_s
         if net.cluster is None:
-            arrive = self.eng.now + hop + self.push
+            arrive = self.engine.now + hop + self.push
         else:  # over w's links, queued at the aggregator's NIC
-            arrive = net.wire(w, self.n, self.model_bytes + 8, self.eng.now)
+            arrive = net.wire(w, self.n, self.model_bytes + 8, self.engine.now)
         # Events run in time order and (without a Cluster) every push flies as long: arrivals
         # keep that order.
         self.server_free = max(self.server_free, arrive) + cpu
@@ -200,7 +200,7 @@ class AllReduceBackupSim(Protocol):
             end, own = self._reply_to(x)
             staleness = self.version - self.pulled[x] - 1
             self.pulled[x] = self.version
-            self.eng.end_step(x, end, end - self.eng.t_sync[x] - own, peers=self.quorum - 1,
+            self.engine.end_step(x, end, end - self.engine.t_sync[x] - own, peers=self.quorum - 1,
                               staleness=float(staleness),
                               fields={"dropped": False, "version": self.version})
         self.joined = []
@@ -213,7 +213,7 @@ class AllReduceBackupSim(Protocol):
         end, _ = self._reply_to(w)
         staleness = self.version - self.pulled[w]
         self.pulled[w] = self.version
-        self.eng.end_step(w, end, 0.0, peers=self.quorum if self.version else 0,
+        self.engine.end_step(w, end, 0.0, peers=self.quorum if self.version else 0,
                           staleness=float(staleness), discarded=True,
                           fields={"dropped": True, "version": self.version})
 
@@ -222,7 +222,7 @@ class AllReduceBackupSim(Protocol):
         on idle links (the rest of its step is waiting)."""
         net = self.net
         if net.cluster is None:
-            hop, cpu = net.hop(self.eng.active), net.cpu_s
+            hop, cpu = net.hop(self.engine.active), net.cpu_s
             self.server_free += cpu + self.pull
             return self.server_free + hop, 2 * (hop + cpu) + self.push + self.pull
         # Replies leave one after another through the aggregator's NIC (the ledger queues them).
@@ -236,4 +236,4 @@ class AllReduceBackupSim(Protocol):
             joined, self.joined = self.joined, []
             for x in joined:
                 self._drop(x)
-        self.eng.done(w)
+        self.engine.done(w)

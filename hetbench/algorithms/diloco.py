@@ -100,7 +100,7 @@ class DiLoCoSim(LocalSGDSim):
         self.outer_steps = 0
 
     def ready(self, w):
-        if (self.eng.iteration[w] + 1) % self.period == 0 and len(self.arrived) == self.n - 1:
+        if (self.engine.iteration[w] + 1) % self.period == 0 and len(self.arrived) == self.n - 1:
             self.outer_steps += 1  # w completes the round: the outer step happens
         super().ready(w)
 

@@ -200,7 +200,7 @@ class DPSGDSim(Protocol):
 
     def ready(self, w):
         k = len(self.ready_at[w])
-        self.ready_at[w].append(self.eng.now)
+        self.ready_at[w].append(self.engine.now)
         self.waiting[w] = True
         self._try(w)
         # Only workers whose iteration-k partners include w can have been waiting on it (the
@@ -210,7 +210,7 @@ class DPSGDSim(Protocol):
                 self._try(j)
 
     def _try(self, x):
-        k = self.eng.iteration[x]
+        k = self.engine.iteration[x]
         ready_at = self.ready_at
         receive_from, partners, _ = self._partners(x, k)
         if any(len(ready_at[j]) <= k for j in partners):
@@ -224,10 +224,10 @@ class DPSGDSim(Protocol):
         begin = max(latest, mine)
         if net.cluster is None:
             end = begin + (net.alpha_s + self.model_bytes / net.beta_bytes_per_s
-                           + len(receive_from) * net.cpu_s * net.share(self.eng.active))
+                           + len(receive_from) * net.cpu_s * net.share(self.engine.active))
         else:  # each in-neighbour's model over its links, queued at x's NIC
             end = max(net.wire(j, x, self.model_bytes, begin) for j in receive_from)
-        self.eng.end_step(x, end, latest - mine, peers=len(receive_from), staleness=0.0)
+        self.engine.end_step(x, end, latest - mine, peers=len(receive_from), staleness=0.0)
 
     lockstep = True
     #: A static graph with more edges than this is played event by event (the lockstep's

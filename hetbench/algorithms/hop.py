@@ -322,7 +322,8 @@ class HopSim(Protocol):
         self.graph = gossip_graph(self.config, self.n)
         self.msg_bytes = self.model_bytes + HEADER * 4
         c = self.config
-        self.b, self.s, self.gap = c.backup_workers, c.staleness, c.max_iteration_gap
+        self.backup_workers, self.staleness, self.gap = (c.backup_workers, c.staleness,
+                                                      c.max_iteration_gap)
         self.skip, self.skip_threshold = c.skip, c.skip_threshold
         self.queues = [{j: deque() for j in self.graph[i]} for i in range(self.n)]
         self.entered = [dict.fromkeys(self.graph[i], 0) for i in range(self.n)]
@@ -334,16 +335,16 @@ class HopSim(Protocol):
 
     # -- messages ----------------------------------------------------------------------------
     def _send(self, w: int, kind: int, lo: int, hi: int, entered: int) -> None:
-        now, active = self.eng.now, self.eng.active
+        now, active = self.engine.now, self.engine.active
         if self.net.cluster is None:
             # Every copy lands at the same instant: one event delivers them in turn, as the
             # heap would have run their consecutive events (nothing can come between them).
             arrive = self.net.message_to(w, w, self.msg_bytes, now, active)
-            self.eng.at(arrive, self._deliver_all, w, kind, lo, hi, entered)
+            self.engine.at(arrive, self._deliver_all, w, kind, lo, hi, entered)
             return
         for j in self.graph[w]:
             arrive = self.net.message_to(w, j, self.msg_bytes, now, active)
-            self.eng.at(arrive, self._deliver, w, j, kind, lo, hi, entered)
+            self.engine.at(arrive, self._deliver, w, j, kind, lo, hi, entered)
 
     def _deliver_all(self, src, kind, lo, hi, entered):
         for dst in self.graph[src]:
@@ -362,7 +363,8 @@ class HopSim(Protocol):
 
     # -- hop.py's rules, on this worker's state ------------------------------------------
     def _updates_ready(self, w, k):
-        return updates_ready(self.queues[w], self.done_peers[w], k, self.b, self.s)
+        return updates_ready(self.queues[w], self.done_peers[w], k, self.backup_workers,
+                             self.staleness)
 
     def _tokens_ready(self, w, k):
         return tokens_ready(self.entered[w], self.done_peers[w], k, self.gap)
@@ -372,30 +374,30 @@ class HopSim(Protocol):
                            self.gap)
 
     def _drop_before(self, w, k):
-        drop_before(self.queues[w], k, self.s)
+        drop_before(self.queues[w], k, self.staleness)
 
     # -- the step ----------------------------------------------------------------------------
     def ready(self, w):
-        k = self.eng.iteration[w]
+        k = self.engine.iteration[w]
         self._send(w, UPDATE, k, k, k)
         target = self._skip_target(w, k) if self.skip else None
         if target is None:
             if self._updates_ready(w, k):
                 self._mixed(w, k, 0.0)
             else:
-                self.blocked[w] = ("updates", k, self.eng.now)
+                self.blocked[w] = ("updates", k, self.engine.now)
             return
         # Keys are ints here: the event line's JSON writes them as the real step's strings.
         used = {j: q[-1].hi for j, q in self.queues[w].items() if q}
         self._drop_before(w, target)
         fields = {"used": used, "skipped": target - k - 1, "skip_to": target,
-                  "skip_ns": round(self.eng.now * 1e9)}
+                  "skip_ns": round(self.engine.now * 1e9)}
         self._send(w, SKIP, k + 1, target - 1, target)
         self._tokens(w, k, target, 0.0, fields)
 
     def _mixed(self, w, k, wait_s):
         used = {}
-        queues, s = self.queues[w], self.s
+        queues, s = self.queues[w], self.staleness
         for j in self.graph[w]:
             entry = newest_usable(queues[j], k, s)
             if entry is not None:
@@ -410,15 +412,15 @@ class HopSim(Protocol):
         peers = len(used)
         staleness = sum([abs(k - it) for it in used.values()]) / peers if peers else None
         if self._tokens_ready(w, following):
-            self.eng.end_step(w, self.eng.now, wait_s, fields, following, peers=peers,
+            self.engine.end_step(w, self.engine.now, wait_s, fields, following, peers=peers,
                               staleness=staleness)
         else:
-            self.blocked[w] = ("tokens", following, self.eng.now, wait_s, fields, peers,
+            self.blocked[w] = ("tokens", following, self.engine.now, wait_s, fields, peers,
                                staleness)
 
     def _unblock(self, w):
         state = self.blocked[w]
-        now = self.eng.now
+        now = self.engine.now
         if state[0] == "updates":
             _, k, since = state
             if self._updates_ready(w, k):
@@ -428,7 +430,7 @@ class HopSim(Protocol):
             _, following, since, wait_s, fields, peers, staleness = state
             if self._tokens_ready(w, following):
                 self.blocked[w] = None
-                self.eng.end_step(w, now, wait_s + now - since, fields, following, peers=peers,
+                self.engine.end_step(w, now, wait_s + now - since, fields, following, peers=peers,
                                   staleness=staleness)
 
     def finish(self, w, t):
@@ -436,4 +438,4 @@ class HopSim(Protocol):
         for queue in self.queues[w].values():
             queue.clear()
         self._send(w, None, 0, 0, 0)  # DONE
-        self.eng.done(w)
+        self.engine.done(w)

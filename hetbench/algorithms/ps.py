@@ -162,14 +162,14 @@ class PSSyncSim(Protocol):
         if self.net.cluster is not None:
             self._ready_on_cluster()
             return
-        t_sync, hop, cpu = self.eng.t_sync, self.net.hop(self.eng.active), self.net.cpu_s
+        t_sync, hop, cpu = self.engine.t_sync, self.net.hop(self.engine.active), self.net.cpu_s
         free = 0.0
         for x in self.arrived:  # arrival order
             free = max(free, t_sync[x] + hop + self.push) + cpu
         for i, x in enumerate(sorted(self.arrived)):  # the server sends to workers 0..n-1
             end = free + (i + 1) * (cpu + self.pull) + hop
             own = 2 * (hop + cpu) + self.push + self.pull
-            self.eng.end_step(x, end, end - t_sync[x] - own, peers=self.n - 1, staleness=0.0)
+            self.engine.end_step(x, end, end - t_sync[x] - own, peers=self.n - 1, staleness=0.0)
         self.arrived = []
 
     lockstep = True
@@ -191,12 +191,12 @@ class PSSyncSim(Protocol):
         """The same step on a run's Cluster: every push queues at the server's NIC, every pull
         at its NIC's sending side; the wait is what the step took beyond the worker's own
         push and pull on idle links."""
-        net, server, t_sync = self.net, self.n, self.eng.t_sync
+        net, server, t_sync = self.net, self.n, self.engine.t_sync
         pushed = max(net.wire(x, server, self.model_bytes + 4, t_sync[x]) for x in self.arrived)
         for x in sorted(self.arrived):  # the server sends to workers 0..n-1
             end = net.wire(server, x, self.model_bytes, pushed)
             own = net.round_trip_alone(x, server, self.model_bytes + 4, self.model_bytes)
-            self.eng.end_step(x, end, max(end - t_sync[x] - own, 0.0), peers=self.n - 1,
+            self.engine.end_step(x, end, max(end - t_sync[x] - own, 0.0), peers=self.n - 1,
                               staleness=0.0)
         self.arrived = []
 
@@ -227,12 +227,12 @@ class PSAsyncSim(Protocol):
     def ready(self, w):
         net = self.net
         server = self.n
-        arrive = net.wire(w, server, self.model_bytes + 4, self.eng.now)
+        arrive = net.wire(w, server, self.model_bytes + 4, self.engine.now)
         starts = self._starts
         while starts and starts[0] <= arrive:
             starts.popleft()
         start = max(self.server_free, arrive)
-        competing = max(self.eng.active - len(starts), 1)
+        competing = max(self.engine.active - len(starts), 1)
         starts.append(start)
         self.server_free = start + 2 * net.cpu_s * net.share(competing)
         end = net.wire(server, w, self.model_bytes, self.server_free)
@@ -241,4 +241,4 @@ class PSAsyncSim(Protocol):
         self.version += 1
         staleness = self.version - 1 - self.pulled[w]
         self.pulled[w] = self.version
-        self.eng.end_step(w, end, start - arrive, peers=self.n - 1, staleness=float(staleness))
+        self.engine.end_step(w, end, start - arrive, peers=self.n - 1, staleness=float(staleness))

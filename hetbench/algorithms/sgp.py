@@ -257,7 +257,7 @@ class OSGPSim(DPSGDSim):
         if self.net.cluster is not None:
             # Messages of iteration k whose other end is ready already start now, in event
             # (time) order, so the NIC queues serve them first come, first served.
-            now, ready_at = self.eng.now, self.ready_at
+            now, ready_at = self.engine.now, self.ready_at
             for src, dst in [(w, j) for j in send_to] + [(j, w) for j in receive_from]:
                 if len(ready_at[dst if src == w else src]) > k:
                     arrives = self.net.wire(src, dst, self.model_bytes + 4, now)
@@ -274,7 +274,7 @@ class OSGPSim(DPSGDSim):
         return entry[0]
 
     def _try(self, x):
-        k = self.eng.iteration[x]
+        k = self.engine.iteration[x]
         due = k - self.delay
         ready_at, flight = self.ready_at, self.flight
         on_cluster = self.net.cluster is not None
@@ -295,7 +295,7 @@ class OSGPSim(DPSGDSim):
         self.waiting[x] = False
         net = self.net
         sends = self._partners(x, k)[2]
-        end = latest + sends * net.cpu_s * net.share(self.eng.active)
+        end = latest + sends * net.cpu_s * net.share(self.engine.active)
         incoming, mixed = self.incoming[x], []
         while incoming:
             k_in, src = incoming[0]
@@ -309,5 +309,5 @@ class OSGPSim(DPSGDSim):
                 break
             incoming.popleft()
             mixed.append(k - k_in)
-        self.eng.end_step(x, end, latest - mine, peers=len(mixed),
+        self.engine.end_step(x, end, latest - mine, peers=len(mixed),
                           staleness=sum(mixed) / len(mixed) if mixed else None)

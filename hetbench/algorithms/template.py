@@ -27,8 +27,8 @@ so the whole Algorithm contract is visible in one screen:
    server, a serving thread) sets it False, and drains in `finish` what peers may still ask.
 7. The simulated half (optional; `bench sim` refuses an algorithm without one): a Protocol
    subclass that plays the same rules in simulated time, named by `simulated_protocol`. The
-   engine (`self.eng`) calls `ready(w)` when worker w's gradient is ready (at `self.eng.now`);
-   the protocol decides when w's step ends and calls `self.eng.end_step(w, t_end, wait_s,
+   engine (`self.engine`) calls `ready(w)` when worker w's gradient is ready (at `self.engine.now`);
+   the protocol decides when w's step ends and calls `self.engine.end_step(w, t_end, wait_s,
    fields, peers=..., staleness=...)` with what the real step's StepInfo would say. Costs come
    from `self.net` (hetbench.api's docstring lists them: `ring(members, nbytes, at, active)`
    for a ring all-reduce, `message_to(src, dst, nbytes, at, active)` for a message,
@@ -38,13 +38,13 @@ so the whole Algorithm contract is visible in one screen:
 
        def ready(self, w):
            p = self.partner(w)
-           self.arrived[w] = self.eng.now
+           self.arrived[w] = self.engine.now
            if p not in self.arrived:
                return                      # the first of the pair waits for the other
-           start = self.eng.now            # events run in time order: now is the later arrival
-           end = self.net.ring((w, p), self.model_bytes, start, self.eng.active)
+           start = self.engine.now            # events run in time order: now is the later arrival
+           end = self.net.ring((w, p), self.model_bytes, start, self.engine.active)
            for x in (w, p):
-               self.eng.end_step(x, end, start - self.arrived.pop(x), peers=1, staleness=0.0)
+               self.engine.end_step(x, end, start - self.arrived.pop(x), peers=1, staleness=0.0)
 
    `lockstep = True` (with `step_all`, as below) lets the engine play every worker's k-th step
    at once, far faster at thousands of workers; it is allowed only when worker w's k-th step
@@ -134,17 +134,17 @@ class LocalSGDSim(Protocol):
         self.arrived: list[int] = []
 
     def ready(self, w):
-        steps = self.eng.iteration[w] + 1  # the real step counts from 1
+        steps = self.engine.iteration[w] + 1  # the real step counts from 1
         if steps % self.period:
-            self.eng.end_step(w, self.eng.now, 0.0, peers=0)
+            self.engine.end_step(w, self.engine.now, 0.0, peers=0)
             return
         self.arrived.append(w)
         if len(self.arrived) < self.n:
             return
-        start = self.eng.now  # events run in time order: the last arrival is now
-        end = self.net.ring(range(self.n), self.model_bytes, start, self.eng.active)
+        start = self.engine.now  # events run in time order: the last arrival is now
+        end = self.net.ring(range(self.n), self.model_bytes, start, self.engine.active)
         for x in self.arrived:
-            self.eng.end_step(x, end, start - self.eng.t_sync[x], peers=self.n - 1,
+            self.engine.end_step(x, end, start - self.engine.t_sync[x], peers=self.n - 1,
                               staleness=0.0)
         self.arrived = []
 

@@ -50,6 +50,8 @@ class Protocol:
     lockstep = False
 
     def __init__(self, engine: Engine):
+        self.engine = engine
+        #: The previous release's name of `engine`, kept for plugins until the next release.
         self.eng = engine
         self.n = engine.n
         self.net = engine.network
@@ -57,10 +59,10 @@ class Protocol:
         self.config = engine.config.algorithm_config()
 
     def ready(self, w: int) -> None:
-        self.eng.end_step(w, self.eng.now, 0.0)
+        self.engine.end_step(w, self.engine.now, 0.0)
 
     def finish(self, w: int, t: float) -> None:
-        self.eng.done(w)
+        self.engine.done(w)
 
     def step_all(self, k: int, t_sync: np.ndarray, full: bool) -> Steps:
         """Every worker's k-th step, their k-th gradients ready at t_sync (lockstep protocols);
@@ -125,7 +127,7 @@ class Meetings:
     """
 
     def __init__(self, protocol: Protocol):
-        self.p = protocol
+        self.protocol = protocol
         self.open: dict = {}
         self.caches = MemberCaches(protocol.n, protocol.config.cache_size)
         self.hits = self.misses = 0
@@ -142,17 +144,17 @@ class Meetings:
         if len(arrivals) < len(members):
             return False
         del self.open[key]
-        net = self.p.net
+        net = self.protocol.net
         start = max([a[1] for a in arrivals])
-        end = net.ring(members, self.p.model_bytes, start, self.p.eng.active)
+        end = net.ring(members, self.protocol.model_bytes, start, self.protocol.engine.active)
         if self.caches.use(members):
             self.hits += 1
         else:
             self.misses += 1
             end += net.group_setup_s
-        met = self.p.met
+        met = self.protocol.met
         others = len(members) - 1
-        gaps = iteration_gaps(self.p.eng.iteration, members)
+        gaps = iteration_gaps(self.protocol.engine.iteration, members)
         for x, t_x, payload_x in arrivals:
             met(x, end, start - t_x, payload_x, others, gaps[x] / others if others else 0.0)
         return True

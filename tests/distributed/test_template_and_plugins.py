@@ -287,19 +287,19 @@ class RingPairsSim(Protocol):
         self.waiting = {}
 
     def ready(self, w):
-        k = self.eng.iteration[w]
+        k = self.engine.iteration[w]
         partner = pair_of(w, k, self.n)
         if partner is None:
-            self.eng.end_step(w, self.eng.now, 0.0, peers=0)
+            self.engine.end_step(w, self.engine.now, 0.0, peers=0)
             return
         key = (k, min(w, partner))
         if key not in self.waiting:
             self.waiting[key] = w
             return
         other = self.waiting.pop(key)
-        end = self.eng.now + self.net.p_reduce(self.model_bytes, 2, self.eng.active)
+        end = self.engine.now + self.net.p_reduce(self.model_bytes, 2, self.engine.active)
         for x in (w, other):
-            self.eng.end_step(x, end, self.eng.now - self.eng.t_sync[x],
+            self.engine.end_step(x, end, self.engine.now - self.engine.t_sync[x],
                               {"partner": w + other - x}, peers=1, staleness=0.0)
 '''
 
@@ -387,14 +387,14 @@ class HypercubeSim(Protocol):
         self.arrived = {}
 
     def ready(self, w):
-        other = partner(w, self.eng.iteration[w], self.n)
-        self.arrived[w] = self.eng.now
+        other = partner(w, self.engine.iteration[w], self.n)
+        self.arrived[w] = self.engine.now
         if other not in self.arrived:
             return  # the first of the pair waits for the other
-        start = self.eng.now
-        end = self.net.ring((w, other), self.model_bytes, start, self.eng.active)
+        start = self.engine.now
+        end = self.net.ring((w, other), self.model_bytes, start, self.engine.active)
         for x in (w, other):
-            self.eng.end_step(x, end, start - self.arrived.pop(x), {"peer_ranks": [w + other - x]},
+            self.engine.end_step(x, end, start - self.arrived.pop(x), {"peer_ranks": [w + other - x]},
                               peers=1, staleness=0.0)
 '''
 

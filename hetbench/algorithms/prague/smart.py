@@ -148,7 +148,7 @@ class PragueGeneratedSim(Protocol):
     def _serve(self, w: int) -> float:
         """A request sent now: when the server takes it (messages arrive in the order they
         are sent, so the generator is called here, in that order: FIFO)."""
-        served = max(self.gg_free, self.eng.now + self.rpc[w])
+        served = max(self.gg_free, self.engine.now + self.rpc[w])
         self.gg_free = served + self.service
         return served
 
@@ -161,7 +161,7 @@ class PragueGeneratedSim(Protocol):
 
     def ready(self, w):
         group, reply = self._ask(w)
-        if not self.eng.full_events:  # no event lines: no fields to format ("" is not None)
+        if not self.engine.full_events:  # no event lines: no fields to format ("" is not None)
             self.meetings.join(group.id, group.members, w, reply, "")
             return
         fields = self._fields.get(group.id)
@@ -170,26 +170,26 @@ class PragueGeneratedSim(Protocol):
             # a million times, and json.dumps was a tenth of the simulation's time.
             members = ",".join(map(str, group.members))
             fields = self._fields[group.id] = f',"group":[{members}],"group_id":{group.id}'
-        own = f',"gg_s":{reply - self.eng.now!r}{fields}'
+        own = f',"gg_s":{reply - self.engine.now!r}{fields}'
         if self.meetings.join(group.id, group.members, w, reply, own):
             del self._fields[group.id]
 
     def met(self, w, end, wait_s, fields, peers, staleness):
         if fields is None:  # a group of finish()
-            self.eng.at(end, self._drain, w)
+            self.engine.at(end, self._drain, w)
         else:
-            self.eng.end_step(w, end, wait_s, fields, peers=peers, staleness=staleness)
+            self.engine.end_step(w, end, wait_s, fields, peers=peers, staleness=staleness)
 
     def finish(self, w, t):
         self._serve(w)
         self.gg.finish(w)  # Done
-        self.eng.at(self.gg_free + self.rpc[w], self._drain, w)
+        self.engine.at(self.gg_free + self.rpc[w], self._drain, w)
 
     def _drain(self, w):
         """finish(): P-Reduce the groups already queued for w, then stop."""
         group, reply = self._ask(w)
         if group is None:
-            self.eng.done(w)
+            self.engine.done(w)
             return
         if self.meetings.join(group.id, group.members, w, reply, None):
             self._fields.pop(group.id, None)

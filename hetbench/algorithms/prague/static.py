@@ -132,9 +132,9 @@ class PragueStaticSim(Protocol):
         # A dict, encoded only where event lines are written (bench sim --events full).
         fields = {"group": list(group), "gg_s": 0.0, "schedule_step": step}
         if len(group) < 2:
-            self.eng.end_step(w, self.eng.now, 0.0, fields, peers=0)
+            self.engine.end_step(w, self.engine.now, 0.0, fields, peers=0)
         else:
-            self.meetings.join((step, group), group, w, self.eng.now, fields)
+            self.meetings.join((step, group), group, w, self.engine.now, fields)
 
     lockstep = True
 
@@ -183,9 +183,9 @@ class PragueStaticSim(Protocol):
 
     def met(self, w, end, wait_s, fields, peers, staleness):
         if fields is None:  # a step of finish()
-            self.eng.at(end, self._drain, w, end)
+            self.engine.at(end, self._drain, w, end)
         else:
-            self.eng.end_step(w, end, wait_s, fields, peers=peers, staleness=staleness)
+            self.engine.end_step(w, end, wait_s, fields, peers=peers, staleness=staleness)
 
     def finish(self, w, t):
         if self.end is None:
@@ -199,4 +199,4 @@ class PragueStaticSim(Protocol):
             if len(group) > 1:
                 self.meetings.join((step, group), group, w, t, None)
                 return
-        self.eng.done(w)
+        self.engine.done(w)
