@@ -98,11 +98,11 @@ def sync_fields(info: StepInfo, met: set[int] = frozenset(), rank: int = 0,
     return fields
 
 
-def cluster_fields(fields: dict[str, Any], k: float) -> dict[str, Any]:
+def cluster_fields(fields: dict[str, Any], dilation: float) -> dict[str, Any]:
     """An algorithm's own event fields, its `*_s` seconds (host time) in cluster time."""
-    if k == 1.0:
+    if dilation == 1.0:
         return fields
-    return {key: value / k if key.endswith("_s") and isinstance(value, float | int)
+    return {key: value / dilation if key.endswith("_s") and isinstance(value, float | int)
             and not isinstance(value, bool) else value for key, value in fields.items()}
 
 
@@ -220,12 +220,12 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
     """Train until the budget is spent; returns the worker's final iteration counter."""
     rank, comm, device = ctx.rank, ctx.comm, ctx.device
     options = config.workload_config()
-    # Dilation k (a network model's): modeled times last k times longer on this host, and every
-    # time recorded is cluster time, the host's divided by k, from the common start t0.
-    k = config.dilation
+    # A network model's dilation: modeled times last `dilation` times longer on this host, and
+    # every time recorded is cluster time, the host's divided by it, from the common start t0.
+    dilation = config.dilation
 
     def cluster_ns(host_ns: int) -> int:
-        return host_ns if k == 1.0 else t0_ns + round((host_ns - t0_ns) / k)
+        return host_ns if dilation == 1.0 else t0_ns + round((host_ns - t0_ns) / dilation)
 
     end_compute = ctx.end_compute
     batch_size = options.batch_size
@@ -248,7 +248,7 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
     kept_s = 0.0  # seconds History.add took after the previous step
     try:
         while True:
-            elapsed_s = (time.time_ns() - t0_ns) / 1e9 / k
+            elapsed_s = (time.time_ns() - t0_ns) / 1e9 / dilation
             stop = (config.iterations is not None and iteration >= config.iterations) or (
                 config.seconds is not None and elapsed_s >= config.seconds)
             if agree_on_stop:
@@ -260,16 +260,16 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
             # Keeping models for evaluation is outside every step but inside the run's wall
             # time: its seconds are on record (snapshot_s) beside the step they follow.
             snapshot_s = kept_s + (
-                snapshots.maybe_take(elapsed_s, iteration, model) if snapshots else 0.0) / k
+                snapshots.maybe_take(elapsed_s, iteration, model) if snapshots else 0.0) / dilation
             kept_s = 0.0
 
             end_compute.begin(iteration, elapsed_s)
             t_start = cluster_ns(end_compute.t_start_ns)
             if batches is None:
                 if comm.network is None:
-                    time.sleep(k * options.compute_ms / 1000)
+                    time.sleep(dilation * options.compute_ms / 1000)
                 else:  # a modeled wait: its lateness counts against the run's fidelity
-                    comm.network.wait(k * options.compute_ms / 1000, comm.network.clock())
+                    comm.network.wait(dilation * options.compute_ms / 1000, comm.network.clock())
                 loss_value = float("nan")
             else:
                 x, y = next(batches)
@@ -278,7 +278,7 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
                 loss.backward()  # DDP's hook may end compute in here (see compute_end.py)
                 loss_value = loss.item()  # also waits for a GPU to finish the step
             end_compute()
-            compute_s = end_compute.compute_s / k
+            compute_s = end_compute.compute_s / dilation
             if fault:
                 fault.maybe_fire(rank, iteration)
             # Communication that started inside backward counts from end_compute on.
@@ -289,7 +289,7 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
             end_compute.synchronize()  # the step's own device work (its update) is the step's
             t_end = cluster_ns(time.time_ns())
             step_s = (t_end - t_sync) / 1e9
-            wait_s = min(info.wait_s / k, step_s)
+            wait_s = min(info.wait_s / dilation, step_s)
             cpu_now_s = time.process_time()
             process_cpu_s, cpu_mark_s = cpu_now_s - cpu_mark_s, cpu_now_s
             log.append({
@@ -301,11 +301,11 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
                 **({"samples_discarded": batch_size} if info.discarded else {}),
                 "loss": loss_value, "snapshot_s": snapshot_s, "process_cpu_s": process_cpu_s,
                 **sync_fields(info, met, rank, config.workers),
-                **cluster_fields(info.fields, k),
+                **cluster_fields(info.fields, dilation),
             })
             iteration = info.next_iteration if info.next_iteration is not None else iteration + 1
             if history is not None:  # after the event; its time goes in the next one's
-                kept_s = history.add((t_end - t0_ns) / 1e9, iteration, model) / k
+                kept_s = history.add((t_end - t0_ns) / 1e9, iteration, model) / dilation
     finally:
         log.close()
     return iteration
