@@ -9,15 +9,19 @@ recorded in the run's config so a run can be replayed:
     det:K@R1,R2        workers R1 and R2 are always K times slower
     trace:PATH         time-varying factors from a CSV file of worker,t_from,t_to,factor
     replay:PATH        a real job's stragglers from a compute table (slowdown/replay.py)
+    compose:B(..)+B..  a straggler model from building blocks (slowdown/compose.py)
+    preset:NAME        a straggler model from the literature (slowdown/presets.py)
     net:K@R1,R2        (and netprob, nettrace) slow NICs instead of compute, under a network
                        model: slowdown/network.py
 """
 
 from hetbench.errors import UserError
 from hetbench.slowdown.base import Injector
+from hetbench.slowdown.compose import ComposedSlowdown
 from hetbench.slowdown.deterministic import DeterministicSlowdown
 from hetbench.slowdown.network import NetProbSlowdown, NetSlowdown, NetTraceSlowdown
 from hetbench.slowdown.none import NoSlowdown
+from hetbench.slowdown.presets import PresetSlowdown, preset_lines
 from hetbench.slowdown.probabilistic import ProbabilisticSlowdown
 from hetbench.slowdown.replay import ReplaySlowdown
 from hetbench.slowdown.trace import TraceSlowdown
@@ -25,7 +29,7 @@ from hetbench.slowdown.trace import TraceSlowdown
 #: Every kind, by its spec prefix; a new kind is a module with an Injector subclass, added here.
 KINDS: dict[str, type[Injector]] = {cls.kind: cls for cls in (
     NoSlowdown, ProbabilisticSlowdown, DeterministicSlowdown, TraceSlowdown, NetSlowdown,
-    NetProbSlowdown, NetTraceSlowdown, ReplaySlowdown)}
+    NetProbSlowdown, NetTraceSlowdown, ReplaySlowdown, ComposedSlowdown, PresetSlowdown)}
 
 __all__ = ["KINDS", "Injector", "parse_slowdown", "slowdown_kinds"]
 
@@ -44,5 +48,5 @@ def parse_slowdown(spec: str, seed: int = 0) -> Injector:
 
 def slowdown_kinds() -> list[tuple[str, str]]:
     """(syntax, description) of every slowdown kind, and of pacing, for `bench list`."""
-    return [*((cls.syntax, cls.description) for cls in KINDS.values()),
+    return [*((cls.syntax, cls.description) for cls in KINDS.values()), *preset_lines(),
             ("--pace-ms M", "pacing: a floor of M ms on every iteration's compute (equal workers)")]

@@ -116,3 +116,31 @@ def test_bad_replay_tables_exit_2_with_one_line(bench, tmp_path, text, fragment)
                                 "--workers", "2", "--iterations", "20", "--slowdown",
                                 f"replay:{path}", "--out", tmp_path / "out", "--dry-run"))
     assert fragment in line and str(path) in line
+
+
+@pytest.mark.parametrize("spec, fragment", [
+    ("preset:nope", "unknown preset 'nope'"),
+    ("compose:jitter(sigma=9)", "sigma must be a number in [0, 3]"),
+    ("compose:failslow(on=0)", "on must be a number in [1, 1e+09]"),
+])
+def test_bad_presets_and_blocks_exit_2_with_one_line(bench, tmp_path, spec, fragment):
+    line = one_error_line(bench("run", "--algorithms", "allreduce", "--workloads", "mlp-digits",
+                                "--workers", "2", "--iterations", "20", "--slowdown", spec,
+                                "--out", tmp_path / "out", "--dry-run"))
+    assert fragment in line
+
+
+def test_compositions_in_a_matrix_file_and_on_the_command_line(bench, tmp_path):
+    matrix = tmp_path / "m.toml"
+    matrix.write_text('name = "c"\nalgorithms = ["allreduce"]\nworkloads = ["mlp-digits"]\n'
+                      'workers = [4]\niterations = 20\n'
+                      'slowdown = ["compose:persistent(frac=0.25,k=2)+jitter(sigma=0.1)"]\n')
+    result = bench("run", matrix, "--out", tmp_path / "out", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "compose:persistent(frac=0.25,k=2)+jitter(sigma=0.1)" in result.stdout
+    result = bench("run", "--algorithms", "allreduce", "--workloads", "mlp-digits", "--workers",
+                   "4", "--iterations", "20", "--slowdown",
+                   "none,compose:persistent(frac=0.25;k=2)", "--out", tmp_path / "o2",
+                   "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "compose:persistent(frac=0.25;k=2)" in result.stdout
