@@ -113,6 +113,12 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
                        "given, `bench tune` runs the tuning trials", err=True)
         failures = run_with_progress(configs, out_dir, force, {"slurm": spec.get("slurm")},
                                      allow_oversubscribe=allow_oversubscribe)
+    local = [c for c in configs if c.launcher == "local" and not c.network]
+    if local:  # the numbers are this host's: say so where the run ends, as the report does
+        click.echo(f"note: {len(local)} run(s) measured this host, no network model: up to "
+                   f"{max(c.world_size for c in local)} ranks shared its {os.cpu_count()} "
+                   "cores and its loopback; for a cluster's costs use --network PRESET "
+                   "(docs/network.md) or `bench sim`", err=True)
     if failures:
         sys.exit(1)
 
