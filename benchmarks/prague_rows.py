@@ -1,7 +1,8 @@
 """Why the Prague rows of `bench reproduce prague --emulate --quick` that are not within 25% of
 the published values come out as they do: the same matrix (ResNet-18's real messages, 100 ms of
 emulated compute, the prague preset's cluster) simulated by `bench sim`, which matches the
-emulated runs within 4% (9 of 10; docs/network.md), while one assumption at a time changes:
+emulated runs within 4% (9 of 10;
+docs/results/2026-11-24-reproduce-prague-emulated.md), while one assumption at a time changes:
 world size (the quick matrix runs 8 workers, the papers 16), prague-smart's group size (2 by
 default; the slides give none), more iterations than the quick matrix's 12, and a fixed
 straggler (det:5@0) beside the random one (prob:5).

@@ -207,7 +207,7 @@ class PSAsyncSim(Protocol):
     A request flies for alpha + bytes/beta, waits for the server, occupies it for the CPU time
     of its two messages (receive and reply), and the reply flies back. Only the CPU time is
     the server's: flights of different workers overlap (charging whole messages to the server
-    capped 16 workers at 2/3 of what they measured, docs/bench-sim.md).
+    predicts well below what 16 real workers reach).
     CPU sharing: workers queued at the server are blocked in their receive and leave the cores
     to the others, so the CPU time is shared among the processes in a step less those still
     waiting for the server.

@@ -265,7 +265,8 @@ def test_arrival_order_holds_fast_workers_less_behind_a_fixed_straggler():
     # into its groups (they are ahead of it), so they wait for it; arrival_order keeps on-time
     # workers away from a late one once it is known to be late. (With the pairwise rule a
     # fast worker can instead be locked with the straggler for the whole run, with or without
-    # arrival_order: seed 2 of this play, about 330 s of waiting; docs/bench-prague.md.)
+    # arrival_order: seed 2 of this play, about 330 s of waiting;
+    # docs/results/2026-11-22-prague-generator-variants.md.)
     def fast_wait(arrival_order):
         total = 0.0
         for seed in range(6):

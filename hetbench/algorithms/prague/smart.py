@@ -7,8 +7,9 @@ groups from Group Division, an unbounded Group Buffer per worker, and the one-si
 hetbench's choices (the slides give no values; generator.py says why delta_c must exceed 2).
 
 hetbench's variants, all off by default because they depart from the paper (generator.py and
-docs/bench-prague.md have the measurements): `threshold_rule = "pairwise"`, a `buffer_limit`,
-and `arrival_order` (members chosen by when the server expects them to ask next).
+docs/results/2026-11-22-prague-generator-variants.md have the measurements): `threshold_rule =
+"pairwise"`, a `buffer_limit`, and `arrival_order` (members chosen by when the server expects
+them to ask next).
 finish() tells the generator the worker is done, then drains the groups already queued for it,
 so no peer is left waiting in a group with a worker that has stopped; those P-Reduces come after
 the worker's last iteration and are counted in done.rank<r>.json.
