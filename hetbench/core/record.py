@@ -54,6 +54,40 @@ def encode_fields(fields: dict) -> str:
     return "," + json.dumps(fields, separators=(",", ":"))[1:-1] if fields else ""
 
 
+def step_event(run_id: str, rank: int, iteration: int, t_start_ns: int, t_end_ns: int,
+               compute_s: float, slowdown_s: float, comm_s: float, wait_s: float,
+               samples: int, *, loss: float = float("nan"), snapshot_s: float = 0.0,
+               measured: dict[str, Any] | None = None, peers: int | None = None,
+               staleness: float | None = None, peer_ranks: list[int] | None = None,
+               discarded: bool = False, fields: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
+    """One step of one worker as its event line says it, for real runs (the worker loop) and
+    simulated ones (the simulator) alike: the step's times, samples (0 when the protocol
+    threw its gradient away: samples_discarded says how many), its synchronization (peers,
+    staleness, peer_ranks), what only a real host measures (`measured`: process_cpu_s), and
+    the algorithm's own fields last."""
+    event = {"schema_version": SCHEMA_VERSION, "run_id": run_id, "rank": rank,
+             "iteration": iteration, "t_start": t_start_ns, "t_end": t_end_ns,
+             "compute_s": compute_s, "slowdown_s": slowdown_s, "comm_s": comm_s,
+             "wait_s": wait_s, "samples": 0 if discarded else samples, "loss": loss,
+             "snapshot_s": snapshot_s}
+    if measured:
+        event.update(measured)
+    if peers is not None:
+        event["peers"] = peers
+        if staleness is not None:
+            event["staleness"] = float(staleness)
+    if peer_ranks is not None:
+        event["peer_ranks"] = peer_ranks
+    if discarded:
+        event["samples_discarded"] = samples
+    if fields:
+        event.update(fields)
+    return event
+
+
+
+
 def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
     """Throughput, iterations and time breakdown of a finished run, from its files only."""
     events_by_rank, torn = {}, 0

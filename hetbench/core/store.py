@@ -81,6 +81,15 @@ def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
 
 
+def jsonl_line(record: dict[str, Any], encoded_tail: str = "") -> str:
+    """`record` as one line of a JSONL log: compact JSON, newline-terminated, with
+    `encoded_tail` (',"k":v,...', already JSON: fields a writer encodes once) inside the
+    object, after the record's own keys. The one format of every event line, real or
+    simulated."""
+    text = json.dumps(record, separators=(",", ":"), default=float)
+    return (text[:-1] + encoded_tail + "}\n") if encoded_tail else text + "\n"
+
+
 class EventLog:
     """Append-only JSON lines, each written whole by one write(2) of the encoded line.
 
@@ -99,8 +108,8 @@ class EventLog:
         except OSError as exc:
             raise ResultsWriteError(path, exc) from exc
 
-    def append(self, record: dict[str, Any]) -> None:
-        line = (json.dumps(record, separators=(",", ":"), default=float) + "\n").encode()
+    def append(self, record: dict[str, Any], encoded_tail: str = "") -> None:
+        line = jsonl_line(record, encoded_tail).encode()
         try:
             written = os.write(self._fd, line)
             while written < len(line):  # a short write: the disk filled mid-line

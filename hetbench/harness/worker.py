@@ -31,10 +31,10 @@ from hetbench.comm import rendezvous
 from hetbench.comm.comm import Comm, ReduceOp
 from hetbench.comm.rendezvous import Rendezvous
 from hetbench.core.algorithm import Algorithm, StepInfo
-from hetbench.core.config import SCHEMA_VERSION, RunConfig
+from hetbench.core.config import RunConfig
 from hetbench.core.context import WorkerContext
 from hetbench.core.faults import parse_fault
-from hetbench.core.record import write_done, write_error
+from hetbench.core.record import step_event, write_done, write_error
 from hetbench.core.signals import LAUNCHER_PID_ENV, exit_with
 from hetbench.core.store import EventLog, environment, read_json, write_json_atomic
 from hetbench.core.tensors import (
@@ -80,22 +80,15 @@ def pick_device(requested: str, local_rank: int) -> torch.device:
     return torch.device("cuda", local_rank % torch.cuda.device_count())
 
 
-def sync_fields(info: StepInfo, met: set[int] = frozenset(), rank: int = 0,
-                workers: int = 0) -> dict[str, Any]:
-    """The event's standard synchronization fields (peers, staleness), where the step gave them,
-    and `peer_ranks`: the ranks the step met, as the step says (StepInfo.peer_ranks) or else as
-    Comm recorded them (`met`). Left out when they are every other worker (all-worker
-    collectives need no list, which would grow with the world)."""
-    fields = {}
-    if info.peers is not None:
-        fields["peers"] = info.peers
-    if info.staleness is not None:
-        fields["staleness"] = info.staleness
+def peer_ranks_of(info: StepInfo, met: set[int], rank: int, workers: int) -> list[int] | None:
+    """The ranks a step met, as the step says (StepInfo.peer_ranks) or else as Comm recorded
+    them (`met`); None when they are every other worker (all-worker collectives need no list,
+    which would grow with the world) or none."""
     peer_ranks = (set(map(int, info.peer_ranks)) if info.peer_ranks is not None
                   else set(met) - {rank})
-    if peer_ranks and not peer_ranks >= set(range(workers)) - {rank}:
-        fields["peer_ranks"] = sorted(peer_ranks)
-    return fields
+    if not peer_ranks or peer_ranks >= set(range(workers)) - {rank}:
+        return None
+    return sorted(peer_ranks)
 
 
 def cluster_fields(fields: dict[str, Any], dilation: float) -> dict[str, Any]:
@@ -292,17 +285,14 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
             wait_s = min(info.wait_s / dilation, step_s)
             cpu_now_s = time.process_time()
             process_cpu_s, cpu_mark_s = cpu_now_s - cpu_mark_s, cpu_now_s
-            log.append({
-                "schema_version": SCHEMA_VERSION, "run_id": config.run_id, "rank": rank,
-                "iteration": iteration, "t_start": t_start, "t_end": t_end,
-                "compute_s": compute_s, "slowdown_s": (t_sync - t_start) / 1e9 - compute_s,
-                "comm_s": step_s - wait_s, "wait_s": wait_s,
-                "samples": 0 if info.discarded else batch_size,
-                **({"samples_discarded": batch_size} if info.discarded else {}),
-                "loss": loss_value, "snapshot_s": snapshot_s, "process_cpu_s": process_cpu_s,
-                **sync_fields(info, met, rank, config.workers),
-                **cluster_fields(info.fields, dilation),
-            })
+            log.append(step_event(
+                config.run_id, rank, iteration, t_start, t_end, compute_s,
+                (t_sync - t_start) / 1e9 - compute_s, step_s - wait_s, wait_s, batch_size,
+                loss=loss_value, snapshot_s=snapshot_s,
+                measured={"process_cpu_s": process_cpu_s}, peers=info.peers,
+                staleness=info.staleness,
+                peer_ranks=peer_ranks_of(info, met, rank, config.workers),
+                discarded=info.discarded, fields=cluster_fields(info.fields, dilation)))
             iteration = info.next_iteration if info.next_iteration is not None else iteration + 1
             if history is not None:  # after the event; its time goes in the next one's
                 kept_s = history.add((t_end - t0_ns) / 1e9, iteration, model) / dilation

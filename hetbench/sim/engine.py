@@ -14,7 +14,6 @@ from __future__ import annotations
 import gc
 import heapq
 import itertools
-import json
 import math
 import shutil
 import time
@@ -26,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from hetbench.core.config import SCHEMA_VERSION, RunConfig
+from hetbench.core.config import RunConfig
 from hetbench.core.metrics import SyncTally, throughput_of_columns
-from hetbench.core.record import encode_fields, summary_head
+from hetbench.core.record import encode_fields, step_event, summary_head
 from hetbench.core.registry import ALGORITHMS
 from hetbench.core.signals import interrupted_cause
-from hetbench.core.store import environment, read_json, write_json_atomic
+from hetbench.core.store import environment, jsonl_line, read_json, write_json_atomic
 from hetbench.errors import UserError
 from hetbench.sim.model import SimModels, layout
 from hetbench.sim.protocol import Protocol
@@ -331,8 +330,7 @@ class EventSink:
     def __init__(self, config: RunConfig, run_dir: Path, full: bool = True):
         self.run_dir = run_dir
         self.full = full
-        self.prefix = (f'{{"schema_version":{SCHEMA_VERSION},"run_id":{json.dumps(config.run_id)},'
-                       '"rank":')
+        self.run_id = config.run_id
         self.samples = config.workload_options["batch_size"]
         self._buffers: dict[int, list[str]] = {}
         n = config.workers
@@ -370,20 +368,13 @@ class EventSink:
         self.last_iteration[rank] = iteration
         if not self.full:
             return
-        extra = fields if isinstance(fields, str) else encode_fields(fields)
-        samples = self.samples
-        if discarded:
-            samples = 0
-            extra = f',"samples_discarded":{self.samples}' + extra
-        if peers is not None:
-            sync = f',"peers":{peers}'
-            if staleness is not None:
-                sync += f',"staleness":{float(staleness)!r}'
-            extra = sync + extra
-        line = (f'{self.prefix}{rank},"iteration":{iteration},"t_start":{round(t_start * 1e9)},'
-                f'"t_end":{round(t_end * 1e9)},"compute_s":{compute_s!r},'
-                f'"slowdown_s":{slowdown_s!r},"comm_s":{comm_s!r},"wait_s":{wait_s!r},'
-                f'"samples":{samples},"loss":NaN,"snapshot_s":0.0{extra}}}\n')
+        # The real worker's event (core.record.step_event), its fields encoded once by the
+        # protocol where it passes them as a string.
+        event = step_event(self.run_id, rank, iteration, round(t_start * 1e9),
+                           round(t_end * 1e9), compute_s, slowdown_s, comm_s, wait_s,
+                           self.samples, peers=peers, staleness=staleness,
+                           discarded=discarded)
+        line = jsonl_line(event, fields if isinstance(fields, str) else encode_fields(fields))
         buffer = self._buffers.get(rank)
         if buffer is None:
             buffer = self._buffers[rank] = []
