@@ -103,13 +103,8 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
 def _models(*, alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, gg_request_us, compute_ms,
             fit_from):
     """The cost models the flags ask for (fitting from real runs where asked)."""
-    from hetbench.sim.model import (
-        ComputeModel,
-        NetworkModel,
-        SimModels,
-        fit_compute,
-        fit_latency,
-    )
+    from hetbench.sim.fit import fit_compute, fit_latency
+    from hetbench.sim.model import ComputeModel, NetworkModel, SimModels
 
     if alpha_us is not None and alpha_us < 0:
         raise UserError(f"--alpha-us must be >= 0, got {alpha_us:g}")
@@ -138,10 +133,10 @@ def _models(*, alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, gg_request_us
                            f"{fit_from}: alpha {alpha_us:.1f} us, CPU per message "
                            f"{cpu_us:.1f} us on {fit.cores or 'their own'} cores")
             elif alpha_us is None:
-                from hetbench.sim.model import fit_alpha
+                from hetbench.sim.fit import fit_alpha
 
                 alpha_us = fit_alpha(fit_from, beta) * 1e6
-        from hetbench.sim.model import fit_gg_request, fit_group_setup
+        from hetbench.sim.fit import fit_gg_request, fit_group_setup
 
         prague_runs = f"the prague-smart/random runs in {fit_from}"
         group_setup_ms = _unless_given(

@@ -81,7 +81,7 @@ class MemberCaches:
     """Every worker's LRU cache of member sets, as the real P-Reduce keeps its member
     communicators (MemberGroups, comm/preduce.py): a use is a hit when every member holds the
     set; otherwise they all build it anew. Used by the simulated P-Reduce and by the fit of its
-    set-up cost from real runs (sim.model.fit_group_setup)."""
+    set-up cost from real runs (sim.fit.fit_group_setup)."""
 
     #: Member sets larger than this are cached under a small number of their own: a tuple
     #: does not keep its hash, and a static schedule's inter-node group of 4,096 members was

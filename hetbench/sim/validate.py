@@ -20,7 +20,7 @@ def compare_with_real(real_dir: Path, models: SimModels, out_dir: Path,
     machine it was measured on), not the models' `cores`.
     """
     from hetbench.core.record import run_dirs
-    from hetbench.sim.model import run_cores
+    from hetbench.sim.fit import run_cores
 
     rows = []
     for run_dir in run_dirs(Path(real_dir)):

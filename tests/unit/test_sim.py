@@ -19,15 +19,11 @@ from hetbench.core.record import summarize
 from hetbench.core.store import read_jsonl
 from hetbench.errors import UserError
 from hetbench.sim.engine import Engine, simulate
+from hetbench.sim.fit import fit_alpha, fit_compute, fit_gg_request, fit_group_setup, fit_latency
 from hetbench.sim.model import (
     ComputeModel,
     NetworkModel,
     SimModels,
-    fit_alpha,
-    fit_compute,
-    fit_gg_request,
-    fit_group_setup,
-    fit_latency,
     layout,
 )
 from hetbench.slowdown import parse_slowdown

@@ -1,0 +1,214 @@
+"""What a simulated run leaves behind, as a real one would: per worker, every step's span and
+times in compact arrays for the summary, and (full mode) the event lines of events.rank<r>.jsonl,
+written by the same core.record.step_event and core.store.jsonl_line as the worker loop's."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from array import array
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hetbench.core.config import RunConfig
+from hetbench.core.metrics import SyncTally, throughput_of_columns
+from hetbench.core.record import encode_fields, step_event
+from hetbench.core.store import jsonl_line, write_json_atomic
+from hetbench.errors import UserError
+
+#: Events buffered per worker before they are appended to its log (bounds memory at scale).
+FLUSH_EVERY = 512
+
+
+#: `bench sim --events`: full (every worker-iteration as a line, like a real run), workers
+#: (one record per worker: workers.json), or auto (full up to FULL_EVENTS_UP_TO workers).
+EVENT_MODES = ("auto", "full", "workers")
+FULL_EVENTS_UP_TO = 64
+
+
+def full_events(mode: str, workers: int) -> bool:
+    if mode not in EVENT_MODES:
+        raise UserError(f"events must be one of {', '.join(EVENT_MODES)}, got {mode!r}")
+    return mode == "full" or (mode == "auto" and workers <= FULL_EVENTS_UP_TO)
+
+
+class EventSink:
+    """What every simulated worker-iteration leaves: its span and times, kept in compact
+    per-worker arrays for the summary, and (full mode) its event line in
+    events.rank<r>.jsonl, appended in batches.
+
+    Lines hold the same JSON a real worker's EventLog writes (read back by store.read_jsonl),
+    but are formatted here, and protocols may pass fields already encoded (encode_fields) once
+    per group: at a million events json.dumps per line was a third of the run time. Without
+    full events (thousands of workers: 16,384 x 200 iterations made a GB of lines) a run
+    writes workers.json, one record per worker, and bench report reads that. The summary is
+    computed from the arrays either way, with the same arithmetic as the harness's (a test
+    holds it equal to what launcher.summarize computes from the files).
+    """
+
+    def __init__(self, config: RunConfig, run_dir: Path, full: bool = True):
+        self.run_dir = run_dir
+        self.full = full
+        self.run_id = config.run_id
+        self.samples = config.workload_options["batch_size"]
+        self._buffers: dict[int, list[str]] = {}
+        n = config.workers
+        #: Per rank, six doubles per event: t_start, t_end, compute, slowdown, comm and wait
+        #: seconds (one extend per event; settle() derives the arrays below from them).
+        self.records = [array("d") for _ in range(n)]
+        #: Per rank, the indices of its events whose gradient was dropped (no samples).
+        self.dropped_at: dict[int, list[int]] = {}
+        #: Derived by settle(), per rank, one entry per event: start and end (ns), samples;
+        #: compute, slowdown, comm and wait seconds (summed exactly).
+        self.starts: list[array] = []
+        self.ends: list[array] = []
+        self.counted: list[array] = []
+        self.times: list[list[array]] = []
+        self.last_iteration: list[int | None] = [None] * n
+        self.sync = SyncTally()
+        self.discarded = 0
+        #: Lockstep iterations not yet moved into the records: (t_start, t_end, compute,
+        #: slowdown, comm, wait), one array over the workers each (settle()).
+        self._columns: list[tuple[np.ndarray, ...]] = []
+        #: How many record values the derived arrays were last derived from.
+        self._settled = -1
+
+    def add(self, rank: int, iteration: int, t_start: float, t_end: float, compute_s: float,
+            slowdown_s: float, comm_s: float, wait_s: float, fields: dict | str | None,
+            peers: int | None = None, staleness: float | None = None,
+            discarded: bool = False) -> None:
+        record = self.records[rank]
+        if discarded:  # as the real worker logs a dropped gradient (StepInfo.discarded)
+            self.discarded += 1
+            self.dropped_at.setdefault(rank, []).append(len(record) // 6)
+        if peers is not None:
+            self.sync.add(peers, staleness)
+        record.extend((t_start, t_end, compute_s, slowdown_s, comm_s, wait_s))
+        self.last_iteration[rank] = iteration
+        if not self.full:
+            return
+        # The real worker's event (core.record.step_event), its fields encoded once by the
+        # protocol where it passes them as a string.
+        event = step_event(self.run_id, rank, iteration, round(t_start * 1e9),
+                           round(t_end * 1e9), compute_s, slowdown_s, comm_s, wait_s,
+                           self.samples, peers=peers, staleness=staleness,
+                           discarded=discarded)
+        line = jsonl_line(event, fields if isinstance(fields, str) else encode_fields(fields))
+        buffer = self._buffers.get(rank)
+        if buffer is None:
+            buffer = self._buffers[rank] = []
+        buffer.append(line)
+        if len(buffer) >= FLUSH_EVERY:
+            self._flush(rank)
+
+    def add_all(self, iteration: int, t_start: np.ndarray, t_end: np.ndarray,
+                compute_s: np.ndarray, slowdown_s: np.ndarray, comm_s: np.ndarray,
+                wait_s: np.ndarray, steps) -> None:
+        """add() for every worker's step of one lockstep iteration (Steps: peers, staleness,
+        fields), in rank order. Without event lines the columns are kept as arrays and moved
+        into the records once (settle), not one Python call per worker-iteration."""
+        n = len(t_start)
+        peers = steps.peers
+        if self.full:
+            columns = [c.tolist() for c in (t_start, t_end, compute_s, slowdown_s, comm_s, wait_s)]
+            peer_list = peers.tolist() if isinstance(peers, np.ndarray) else [peers] * n
+            fields = steps.fields or [None] * n
+            staleness = steps.staleness
+            if not isinstance(staleness, list):
+                staleness = [staleness] * n
+            for rank, (a, b, c, d, e, f) in enumerate(zip(*columns, strict=True)):
+                self.add(rank, iteration, a, b, c, d, e, f, fields[rank], peer_list[rank],
+                         staleness[rank])
+            return
+        self.sync.add_all(peers if isinstance(peers, np.ndarray) else np.full(n, peers),
+                          steps.staleness)
+        self._columns.append((t_start, t_end, compute_s, slowdown_s, comm_s, wait_s))
+        self.last_iteration = [iteration] * n
+
+    def settle(self) -> None:
+        """Move kept lockstep columns into the records, then derive the per-rank arrays from
+        the records (times in ns rounded as add()'s lines round them: half to even)."""
+        settled = sum(len(r) for r in self.records) + 6 * len(self._columns) * len(self.records)
+        if settled == self._settled:
+            return
+        self._settled = settled
+        if self._columns:
+            stacked = np.stack([np.stack(c, axis=1) for c in self._columns], axis=1)
+            self._columns = []
+            for record, rows in zip(self.records, stacked, strict=True):  # rows: (events, 6)
+                record.frombytes(rows.tobytes())
+        self.starts, self.ends, self.counted, self.times = [], [], [], []
+        for rank, record in enumerate(self.records):
+            events = np.frombuffer(record, dtype=np.float64).reshape(-1, 6)
+            self.starts.append(array("q", np.rint(events[:, 0] * 1e9).astype(np.int64).tobytes()))
+            self.ends.append(array("q", np.rint(events[:, 1] * 1e9).astype(np.int64).tobytes()))
+            counted = np.full(len(events), self.samples, dtype=np.int_)
+            counted[self.dropped_at.get(rank, [])] = 0
+            self.counted.append(array("l", counted.tobytes()))
+            self.times.append([array("d", np.ascontiguousarray(events[:, i]).tobytes())
+                               for i in range(2, 6)])
+
+    def _flush(self, rank: int) -> None:
+        lines = self._buffers.pop(rank, [])
+        if lines:
+            with (self.run_dir / f"events.rank{rank}.jsonl").open("a") as f:
+                f.write("".join(lines))
+
+    def close(self) -> None:
+        self.settle()
+        for rank in list(self._buffers):
+            self._flush(rank)
+        if not self.full:
+            write_json_atomic(self.run_dir / "workers.json", {"workers": self.per_worker()})
+
+    def per_worker(self) -> list[dict[str, Any]]:
+        """One record per worker: its iterations, first start and last end (ns), samples and
+        summed times (what a report needs when there are no event lines)."""
+        self.settle()
+        records = []
+        for rank, (starts, ends) in enumerate(zip(self.starts, self.ends, strict=True)):
+            records.append({
+                "rank": rank, "iterations": len(starts),
+                "last_iteration": self.last_iteration[rank],
+                "t_start": starts[0] if starts else None,
+                "t_end": max(ends) if ends else None,
+                "samples": sum(self.counted[rank]),
+                **{key: math.fsum(column) for key, column in zip(
+                    ("compute_s", "slowdown_s", "comm_s", "wait_s"), self.times[rank],
+                    strict=True)},
+            })
+        return records
+
+    def summary(self, config: RunConfig) -> dict[str, Any]:
+        """What launcher.summarize would compute from the files written (a test holds them
+        equal), with the harness's own throughput arithmetic over the arrays kept."""
+        self.settle()
+        counts = [len(starts) for starts in self.starts]
+        starts = [s[0] for s in self.starts if s]
+        ends = [max(e) for e in self.ends if e]
+        columns = [[per_rank[i] for per_rank in self.times] for i in range(4)]
+        return {
+            "throughput": throughput_of_columns(self.starts, self.ends, self.counted,
+                                                config.warmup_iterations),
+            "samples": sum(sum(c) for c in self.counted),
+            "iterations": sum(counts),
+            "iterations_per_worker": counts,
+            "last_iteration_per_worker": self.last_iteration,
+            "train_wall_s": ((max(ends) - min(starts)) / 1e9) if starts else 0.0,
+            "final_test_loss": None, "final_test_accuracy": None,
+            "final_consensus_distance": None, "mean_consensus_distance": None,
+            **self.sync.health(),
+            "sync_intended": config.algorithm_class().intended_sync_share(
+                config.algorithm_config(), config.workers),
+            "averagings_after_training": None, "gradients_dropped": self.discarded,
+            "torn_lines": 0,
+            "train_cpu_s": None,  # no process ran
+            **{key: math.fsum(itertools.chain.from_iterable(column))
+               for key, column in zip(("compute_s", "slowdown_s", "comm_s", "wait_s"),
+                                      columns, strict=True)},
+            "events": "full" if self.full else "workers",
+        }
+
+
