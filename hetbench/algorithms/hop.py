@@ -1,5 +1,8 @@
 """Hop: heterogeneity-aware decentralized training (Luo et al., ASPLOS 2019).
 
+One module on purpose, as every algorithm's: its queue rules, the real step that applies them
+to messages, and the simulated protocol that applies them to simulated time, side by side.
+
 D-PSGD's update (x_i <- sum_j W_ij x_j - lr g_i) with queue-based synchronization instead of
 lock step. Every message between neighbours is one tensor, a small header then a model:
 

@@ -1,0 +1,130 @@
+"""The rules of "who waited for whom" (reports/waits.py): each yields, from a run's events,
+(worker, iteration, worker waited on or UNATTRIBUTED, seconds) for every wait it can explain.
+RULES in waits.py states each in words; the report quotes them."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+#: The waited_on value of waiting that no worker's arrival explains.
+UNATTRIBUTED = -1
+#: Seconds below which a difference of float stamps is rounding, not waiting (1 ns).
+EPS = 1e-9
+
+
+def arrival(e: dict) -> float:
+    """ns at which the worker entered the step (its gradient/model ready to send)."""
+    return e["t_start"] + (e.get("compute_s", 0.0) + e.get("slowdown_s", 0.0)) * 1e9
+
+
+def step_seconds(e: dict) -> float:
+    return e.get("wait_s", 0.0) + e.get("comm_s", 0.0)
+
+
+def all_workers(events: dict[int, list[dict]]):
+    """Waits of a collective over every worker, iteration by iteration."""
+    by_iteration: dict[int, dict[int, dict]] = defaultdict(dict)
+    for rank, rank_events in events.items():
+        for e in rank_events:
+            by_iteration[e["iteration"]][rank] = e
+    for iteration, met in by_iteration.items():
+        if len(met) < len(events):
+            continue  # not every worker logged it (a run cut short): no meeting to judge
+        # A step that met nobody (local SGD's local steps: peers = 0) waited for nobody.
+        met = {r: e for r, e in met.items() if e.get("peers") != 0}
+        if len(met) < 2:
+            continue
+        last = max(met, key=lambda r: arrival(met[r]))
+        latest = arrival(met[last])
+        for rank, e in met.items():
+            if rank != last:
+                waited = min((latest - arrival(e)) / 1e9, step_seconds(e))
+                if waited > EPS:
+                    yield rank, iteration, last, waited
+
+
+def groups(events: dict[int, list[dict]]):
+    meetings: dict[Any, list[tuple[int, dict]]] = defaultdict(list)
+    for rank, rank_events in events.items():
+        for e in rank_events:
+            members = tuple(sorted(set(e.get("group") or ())))
+            if len(members) < 2:
+                continue
+            key = (("id", e["group_id"]) if "group_id" in e else
+                   ("step", e.get("schedule_step", e["iteration"]), members))
+            meetings[key].append((rank, e))
+    for met in meetings.values():
+        members = set(met[0][1]["group"])
+        if {rank for rank, _ in met} != members or len(met) != len(members):
+            for rank, e in met:  # a member's side is not in the log (drained after training)
+                if e.get("wait_s", 0.0) > EPS:
+                    yield rank, e["iteration"], UNATTRIBUTED, e["wait_s"]
+            continue
+        last, _ = min(met, key=lambda m: (m[1].get("wait_s", 0.0), -arrival(m[1])))
+        for rank, e in met:
+            waited = e.get("wait_s", 0.0)
+            if waited > EPS:
+                yield rank, e["iteration"], (last if rank != last else UNATTRIBUTED), waited
+
+
+def neighbours(events: dict[int, list[dict]], graph):
+    arrivals = {rank: {e["iteration"]: arrival(e) for e in rank_events}
+                for rank, rank_events in events.items()}
+    for rank, rank_events in events.items():
+        for e in rank_events:
+            waited = e.get("wait_s", 0.0)
+            if waited <= EPS:
+                continue
+            k, own = e["iteration"], arrival(e)
+            theirs = {j: arrivals.get(j, {}).get(k) for j in graph[rank]}
+            if any(t is None for t in theirs.values()):
+                yield rank, k, UNATTRIBUTED, waited
+                continue
+            last = max(theirs, key=theirs.get)
+            on_last = min(max(0.0, (theirs[last] - own) / 1e9), waited)
+            if on_last > EPS:
+                yield rank, k, last, on_last
+            if waited - on_last > EPS:
+                yield rank, k, UNATTRIBUTED, waited - on_last
+
+
+def met_ranks(events: dict[int, list[dict]]):
+    """Each step's waiting, on the latest arrival at its iteration among the ranks it met."""
+    arrivals = {rank: {e["iteration"]: arrival(e) for e in rank_events}
+                for rank, rank_events in events.items()}
+    for rank, rank_events in events.items():
+        for e in rank_events:
+            met = e.get("peer_ranks", e.get("from")) or []
+            k, own = e["iteration"], arrival(e)
+            theirs = {j: arrivals.get(j, {}).get(k) for j in met if j != rank}
+            logged = e.get("wait_s", 0.0)
+            if not theirs:
+                continue
+            if any(t is None for t in theirs.values()):
+                if logged > EPS:
+                    yield rank, k, UNATTRIBUTED, logged
+                continue
+            last = max(theirs, key=theirs.get)
+            on_last = min(max(0.0, (theirs[last] - own) / 1e9),
+                          logged if logged > EPS else step_seconds(e))
+            if on_last > EPS:
+                yield rank, k, last, on_last
+            if logged - on_last > EPS:
+                yield rank, k, UNATTRIBUTED, logged - on_last
+
+
+def one_peer(events: dict[int, list[dict]]):
+    for rank, rank_events in events.items():
+        for e in rank_events:
+            waited = e.get("wait_s", 0.0)
+            if waited > EPS:
+                yield rank, e["iteration"], int(e["peer"]) if "peer" in e else UNATTRIBUTED, waited
+
+
+def gossip_graph_of(config: dict[str, Any]):
+    from hetbench.algorithms.dpsgd import gossip_graph
+    from hetbench.core.config import RunConfig
+
+    run = RunConfig.from_dict(config)
+    return gossip_graph(run.algorithm_config(), run.workers)
