@@ -1,8 +1,9 @@
 """Comm: the only code in hetbench that touches torch.distributed.
 
 Algorithms talk to peers through this object, so the transport and its timeouts live in one
-place (one module on purpose, longer than most: every torch.distributed call is here). Every blocking call is bounded by the process group's timeout, so a dead peer turns into an
-exception instead of a hang.
+place (one module on purpose, longer than most: every torch.distributed call is here). Every
+blocking call is bounded by the process group's timeout, so a dead peer turns into an exception
+instead of a hang.
 
 Which backend: gloo on CPU; NCCL on CUDA when every rank has a GPU of its own; gloo again when
 ranks share a GPU (more ranks on a host than it has GPUs), since NCCL refuses two ranks on one
