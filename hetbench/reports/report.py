@@ -123,7 +123,8 @@ class Report:
 
     def notes(self) -> list[str]:
         """What a reader must know before trusting a number: pacing, synthetic, emulated."""
-        runs, notes = self.runs, []
+        runs = self.runs
+        notes = host_notes(runs)
         if "synthetic" in runs and runs["synthetic"].fillna(False).astype(bool).any():
             names = sorted(runs[runs["synthetic"].fillna(False).astype(bool)]["workload"].unique())
             notes.append(f"Synthetic data (not the real data set) in: {', '.join(names)}.")
@@ -170,6 +171,38 @@ def reading_notes(scan: Scan | None) -> list[str]:
     if note := scan.progress_note():
         notes.append(note)
     return notes
+
+
+def host_notes(runs: pd.DataFrame) -> list[str]:
+    """Real runs on one host without a network model measure that host: say so, with how many
+    ranks shared how many cores, and point to a cluster's costs. The first note a report has:
+    on a shared host an algorithm can rank differently than on a cluster (fewer messages, or
+    less CPU per step, win here; a slow link would decide there)."""
+    if runs.empty:
+        return []
+    simulated = runs.get("simulated", pd.Series(False, index=runs.index)).fillna(False)
+    emulated = runs.get("network", pd.Series(None, index=runs.index)).apply(
+        lambda n: isinstance(n, dict))
+    real = runs[~simulated.astype(bool) & ~emulated.astype(bool)]
+    local = real[real.get("launcher", pd.Series("local", index=real.index)).fillna("local")
+                 == "local"]
+    if local.empty:
+        return []
+    hosts: dict[tuple[str, int], int] = {}
+    for _, run in local.iterrows():
+        env = load_env(run["run_dir"])
+        key = (str(env.get("hostname") or "this host"), int(env.get("cpu_count") or 0))
+        world = run.get("world_size")
+        world = int(world) if isinstance(world, int | float) and world == world else 0
+        hosts[key] = max(hosts.get(key, 0), world)
+    shares = "; ".join(f"up to {world} ranks on the {cores} cores of {host}" if cores
+                       else f"up to {world} ranks on {host}"
+                       for (host, cores), world in sorted(hosts.items()))
+    return [f"Measured on one host, without a network model ({len(local)} real run(s): "
+            f"{shares}): communication here is this host's loopback and its processes' share "
+            "of its cores, not a cluster's links, and algorithms can rank differently on a "
+            "cluster. For a cluster's costs, run the matrix with `--network PRESET` (prague, "
+            "hop, ethernet-10g; docs/network.md) and emulated compute, or `bench sim`."]
 
 
 def network_notes(runs: pd.DataFrame) -> list[str]:
