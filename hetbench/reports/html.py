@@ -1,4 +1,9 @@
-"""report.html: one self-contained page (no scripts, no external files; images as data URIs)."""
+"""report.html: one self-contained page (no external files; images as data URIs; one small
+inline script that sorts a table by the column header clicked).
+
+Laid out to read at a glance: the headline (figure and its table) first, each section's
+definitions folded under "How to read this", wide tables scrolling inside their own box rather
+than the page, and every plot beside the table it illustrates."""
 
 from __future__ import annotations
 
@@ -20,6 +25,40 @@ th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
 img { max-width: 100%; border: 1px solid #eee; margin: .5em 0; }
 .note { color: #555; } .warning { color: #a00; font-weight: bold; }
 code { background: #f3f3f3; padding: 0 .2em; }
+.scroll { overflow-x: auto; max-width: 100%; margin: .5em 0 1.2em; }
+.scroll table { margin: 0; }
+th.sortable { cursor: pointer; user-select: none; text-decoration: underline dotted #999; }
+details.help { color: #555; margin: .2em 0 .6em; }
+details.help summary { cursor: pointer; }
+.pair { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
+.pair > * { flex: 1 1 480px; min-width: 0; }
+.pair > .wide { flex: 2 1 640px; }
+"""
+
+#: Click a header to sort its table by that column (numbers as numbers), again to reverse.
+SCRIPT = """
+document.querySelectorAll("table.sortable").forEach(function (table) {
+  table.querySelectorAll("thead th").forEach(function (th, column) {
+    th.classList.add("sortable");
+    th.title = "sort by this column";
+    th.addEventListener("click", function () {
+      var body = table.tBodies[0], rows = Array.from(body.rows);
+      var up = th.dataset.order !== "up";
+      th.dataset.order = up ? "up" : "down";
+      var key = function (row) {
+        var text = row.cells[column] ? row.cells[column].textContent.trim() : "";
+        var number = parseFloat(text);
+        return isNaN(number) ? text : number;
+      };
+      rows.sort(function (a, b) {
+        var x = key(a), y = key(b);
+        if (typeof x !== typeof y) { x = String(x); y = String(y); }
+        return (x < y ? -1 : x > y ? 1 : 0) * (up ? 1 : -1);
+      });
+      rows.forEach(function (row) { body.appendChild(row); });
+    });
+  });
+});
 """
 
 
@@ -42,22 +81,43 @@ class Page:
             self.parts.append("<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in items)
                               + "</ul>")
 
+    def help(self, text: str) -> None:
+        """A section's definitions, folded: the numbers come first."""
+        self.parts.append('<details class="help"><summary>How to read this</summary>'
+                          f"<p>{html.escape(text)}</p></details>")
+
     def table(self, frame: pd.DataFrame, caption: str = "") -> None:
-        """A DataFrame as an HTML table (pandas escapes the cells)."""
+        """A DataFrame as a sortable HTML table in a box of its own width (pandas escapes
+        the cells)."""
+        self.parts.append(self.table_html(frame, caption))
+
+    @staticmethod
+    def table_html(frame: pd.DataFrame, caption: str = "") -> str:
         table = frame.to_html(index=False, na_rep="", float_format=format_number,
-                              border=0, escape=True)
+                              border=0, escape=True, classes="sortable")
         if caption:
             table = table.replace(
                 ">", f"><caption>{html.escape(caption)}</caption>", 1)
-        self.parts.append(table)
+        return f'<div class="scroll">{table}</div>'
 
     def image(self, path: Path, alt: str) -> None:
         """Embed a PNG as a base64 data URI, so the page is one file."""
+        self.parts.append(self.image_html(path, alt))
+
+    @staticmethod
+    def image_html(path: Path, alt: str, element_id: str = "") -> str:
         data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
-        self.parts.append(f'<img src="data:image/png;base64,{data}" alt="{html.escape(alt)}">')
+        ident = f' id="{element_id}"' if element_id else ""
+        return f'<img{ident} src="data:image/png;base64,{data}" alt="{html.escape(alt)}">'
+
+    def pair(self, left: str, right: str, wide_left: bool = False) -> None:
+        """Two blocks side by side (a plot and the table it illustrates), stacked when the
+        window is narrow; `wide_left` gives the left one twice the room."""
+        css = ' class="wide"' if wide_left else ""
+        self.parts.append(f'<div class="pair"><div{css}>{left}</div><div>{right}</div></div>')
 
     def render(self) -> str:
         return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                 f"<title>{html.escape(self.title)}</title><style>{STYLE}</style></head>\n"
                 f"<body>\n<h1>{html.escape(self.title)}</h1>\n" + "\n".join(self.parts)
-                + "\n</body></html>\n")
+                + f"\n<script>{SCRIPT}</script>\n</body></html>\n")

@@ -74,3 +74,55 @@ def convergence_plots(evals: pd.DataFrame, out_dir: Path, baseline: str = "allre
             fig.savefig(path)
             paths.append(path)
     return paths
+
+
+#: Cells (workload, workers) the headline figure draws; the tables below it have every cell.
+HEADLINE_CELLS = 3
+
+
+def headline_plot(throughput: pd.DataFrame, time_to_target: pd.DataFrame, path: Path,
+                  baseline: str = "allreduce") -> Path | None:
+    """headline.png: each algorithm against the baseline in each cell, a bar per slowdown:
+    throughput (left) and, where runs reached a target, time-to-target speedup (right). A
+    hatched bar synchronized markedly less than its protocol intends (its throughput is not
+    comparable); None when there is nothing to draw."""
+    column = f"throughput_vs_{baseline}"
+    if throughput.empty or column not in throughput:
+        return None
+    speedup = f"speedup_vs_{baseline}"
+    has_ttt = (not time_to_target.empty and speedup in time_to_target
+               and time_to_target[speedup].notna().any())
+    cells = list(throughput.groupby(["workload", "workers"], sort=True).groups)[:HEADLINE_CELLS]
+    panels = [(column, f"throughput / {baseline}", throughput)]
+    if has_ttt:
+        panels.append((speedup, f"time-to-target speedup over {baseline}", time_to_target))
+    fig = new_figure(5.2 * len(panels) + 1.6, 2.6 * len(cells) + 0.6)
+    axes = fig.subplots(len(cells), len(panels), squeeze=False)
+    slowdowns = sorted(throughput["slowdown"].unique(), key=lambda s: (s != "none", s))
+    colours = [f"C{i}" for i in range(len(slowdowns))]
+    labelled: set[str] = set()
+    for row, (workload, workers) in enumerate(cells):
+        for col, (value, label, frame) in enumerate(panels):
+            ax = axes[row][col]
+            cell = frame[(frame["workload"] == workload) & (frame["workers"] == workers)]
+            algorithms = order_algorithms(cell["algorithm"].unique(), baseline)
+            width = 0.8 / max(1, len(slowdowns))
+            for i, slowdown in enumerate(slowdowns):
+                for x, algorithm in enumerate(algorithms):
+                    hit = cell[(cell["algorithm"] == algorithm) & (cell["slowdown"] == slowdown)]
+                    if hit.empty or pd.isna(hit[value].iloc[0]):
+                        continue
+                    flagged = bool(hit.get("sync_flag", pd.Series([None])).fillna("").iloc[0])
+                    ax.bar(x + (i - (len(slowdowns) - 1) / 2) * width, hit[value].iloc[0],
+                           width, color=colours[i], hatch="//" if flagged else None,
+                           edgecolor="black" if flagged else None, linewidth=0.5,
+                           label=None if slowdown in labelled else slowdown)
+                    labelled.add(slowdown)
+            ax.axhline(1.0, color="grey", linewidth=0.8)
+            ax.set_xticks(range(len(algorithms)), algorithms, rotation=30, ha="right",
+                          fontsize=8)
+            ax.set_ylabel(label, fontsize=8)
+            ax.set_title(f"{workload}, {workers} workers", fontsize=9)
+    fig.legend(title="slowdown", loc="outside right upper", fontsize=8, frameon=False)
+    fig.savefig(path)
+    return path

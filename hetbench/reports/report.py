@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from html import escape as html_escape
 from pathlib import Path
 
 import pandas as pd
@@ -11,7 +12,7 @@ from hetbench.core.store import write_text_atomic
 from hetbench.errors import UserError
 from hetbench.reports.html import Page
 from hetbench.reports.load import Scan, load_env, load_evals, load_runs, scan_runs
-from hetbench.reports.plots import convergence_plots
+from hetbench.reports.plots import convergence_plots, headline_plot
 from hetbench.reports.tables import (
     HEALTH_COLUMNS,
     KEYS,
@@ -312,7 +313,12 @@ def write_report(results_dir: Path, baseline: str = "allreduce",
         if detail is not None and detail.attributed and not detail.table.empty:
             report.waits_detail = detail
             paths["waits_png"] = waits_heatmap(detail, out / "waits.png")
-    images = [p for k, p in paths.items() if k.startswith("plot") or k == "timeline"]
+    headline = headline_plot(report.throughput, report.time_to_target, out / "headline.png",
+                             baseline)
+    if headline is not None:
+        paths["headline"] = headline
+    images = [p for k, p in paths.items() if k.startswith("plot") or k in ("timeline",
+                                                                           "headline")]
     paths["md"] = out / "report.md"
     write_text_atomic(paths["md"], markdown(report, images))
     paths["html"] = out / "report.html"
@@ -336,6 +342,10 @@ def markdown(report: Report, images: list[Path]) -> str:
     notes = report.notes()
     if notes:
         parts += ["", *(f"- {n}" for n in notes)]
+    headline = [path for path in images if path.stem == "headline"]
+    images = [path for path in images if path.stem != "headline"]
+    if headline:  # every algorithm against the baseline, before any table
+        parts += ["", f"![headline]({headline[0].name})"]
     if report.tuned is not None:
         parts += ["", "## Tuned comparison", "", TUNED_TEXT.format(baseline=baseline), "",
                   to_markdown(report.tuned)]
@@ -375,66 +385,85 @@ def markdown(report: Report, images: list[Path]) -> str:
 
 
 def html_page(report: Report, images: list[Path]) -> Page:
-    """report.html: the same content as report.md with the images embedded."""
+    """report.html: report.md's content, laid out to read at a glance: what a reader must know
+    first (warnings, notes), then the headline (a figure of every algorithm against the
+    baseline beside its tables), then each section with its definitions folded and its plot
+    beside its table; run metadata folded at the end."""
     page = Page(f"hetbench report: {report.results_dir.name}")
     runs, baseline = report.runs, report.baseline
+    by_stem = {path.stem: path for path in images}
     page.paragraph(f"{len(runs)} run(s), {len(runs) - len(report.failed)} ok, "
-                   f"{len(report.failed)} not ok. " + THROUGHPUT_TEXT.format(baseline=baseline))
+                   f"{len(report.failed)} not ok.")
     warnings = report.sync_warnings()
     if warnings:
         page.paragraph("Synchronization warnings (these cells' throughput comes with less "
                        "averaging than their protocol's):", "warning")
         page.bullets(warnings)
     page.bullets(report.notes())
+
+    page.heading(f"Headline: each algorithm against {baseline}")
+    speedups = speedup_table(report.time_to_target, baseline)
+    tables = "".join(
+        ([Page.table_html(speedups, "time-to-target speedup")] if not speedups.empty else [])
+        + [Page.table_html(block, f"throughput / {baseline}, slowdown: {slowdown}")
+           for slowdown, block in report.flagged_blocks().items()])
+    if "headline" in by_stem:
+        page.pair(Page.image_html(by_stem["headline"], "headline", element_id="headline"),
+                  tables, wide_left=True)
+    else:
+        page.parts.append(tables)
+    page.help(THROUGHPUT_TEXT.format(baseline=baseline) + " "
+              + PRAGUE_TEXT.format(baseline=baseline)
+              + ("" if speedups.empty else " " + SPEEDUP_TEXT.format(baseline=baseline)))
+
     if report.tuned is not None:
         page.heading("Tuned comparison")
-        page.paragraph(TUNED_TEXT.format(baseline=baseline), "note")
+        page.help(TUNED_TEXT.format(baseline=baseline))
         page.table(report.tuned)
     for section in report.extra:
         page.heading(section.heading)
-        page.paragraph(section.text, "note")
-        page.table(section.table)
-    speedups = speedup_table(report.time_to_target, baseline)
-    if not speedups.empty:
-        page.heading(f"Time to target: speedup over {baseline}")
-        page.paragraph(SPEEDUP_TEXT.format(baseline=baseline), "note")
-        page.table(speedups)
-    page.heading(f"Throughput normalised to {baseline}")
-    page.paragraph(PRAGUE_TEXT.format(baseline=baseline), "note")
-    for slowdown, block in report.flagged_blocks().items():
-        page.table(block, f"slowdown: {slowdown}")
+        page.help(section.text)
+        plot = by_stem.get("tolerance") if section.heading.startswith("Tolerance") else None
+        if plot is not None:
+            page.pair(Page.image_html(plot, section.heading), Page.table_html(section.table))
+        else:
+            page.table(section.table)
+
+    page.heading("Time to target")
+    page.help(TTT_TEXT.format(baseline=baseline))
+    convergence = [path for path in images if path.stem.startswith("convergence")]
+    table = (Page.table_html(report.time_to_target) if not report.time_to_target.empty
+             else f"<p>{html_escape(NO_EVALS)}</p>")
+    if convergence:
+        page.pair(table, "".join(Page.image_html(path, path.stem) for path in convergence))
+    else:
+        page.parts.append(table)
+
     page.heading("Synchronization health")
-    page.paragraph(SYNC_TEXT, "note")
+    page.help(SYNC_TEXT)
     page.table(report.health())
     if report.waits:
         page.heading("Who waited for whom")
-        page.paragraph(waits_text(report), "note")
+        page.help(waits_text(report))
         page.table(waits_summary(list(report.waits)))
         detail = report.waits_detail
         if detail is not None:
             page.heading(f"Run {detail.run_id}", 3)
-            page.paragraph(WAITS_DETAIL_TEXT, "note")
-            page.table(detail.per_worker())
-            page.image(report.results_dir / "waits.png", "who waited for whom")
+            page.help(WAITS_DETAIL_TEXT)
+            page.pair(Page.table_html(detail.per_worker()),
+                      Page.image_html(report.results_dir / "waits.png", "who waited for whom"))
+    if "timeline" in by_stem:
+        page.heading("Timeline")
+        page.help(TIMELINE_TEXT.format(run=report.timeline_of))
+        page.image(by_stem["timeline"], "timeline")
     page.heading("Throughput (samples/s)")
     page.table(report.throughput)
-    page.heading("Time to target")
-    page.paragraph(TTT_TEXT.format(baseline=baseline), "note")
-    if report.time_to_target.empty:
-        page.paragraph(NO_EVALS)
-    else:
-        page.table(report.time_to_target)
-    if images:
-        page.heading("Plots")
-        for path in images:
-            if path.stem == "timeline":
-                page.paragraph(TIMELINE_TEXT.format(run=report.timeline_of), "note")
-            page.image(path, path.stem)
     if not report.failed.empty:
         page.heading("Runs not ok")
         page.table(report.failed[["run_id", "status", "cause"]].fillna(""))
     page.heading("Run metadata")
-    page.table(metadata(runs))
+    page.parts.append("<details><summary>Where and how each run was measured</summary>"
+                      + Page.table_html(metadata(runs)) + "</details>")
     return page
 
 

@@ -36,8 +36,23 @@ window.addEventListener("error", function (e) {
   };
 });
 </script>"""
-# Last in <body>: after load, write what the test checks into the DOM.
+# Last in <body>: after load, write what the test checks into the DOM: the page's own width
+# against the window's, where the headline figure starts, and a table sorted by a click.
 PROBE = """<script>
+function layout() {
+  var headline = document.getElementById("headline");
+  var table = Array.from(document.querySelectorAll("table.sortable")).sort(function (a, b) {
+    return b.rows.length - a.rows.length; })[0];
+  var column = function () {
+    return table ? Array.from(table.tBodies[0].rows).map(function (r) {
+      return r.cells[0].textContent.trim(); }) : []; };
+  var before = column();
+  if (table) { table.querySelector("thead th").click(); }
+  return {scrollWidth: document.documentElement.scrollWidth, innerWidth: window.innerWidth,
+          innerHeight: window.innerHeight,
+          headlineTop: headline ? headline.getBoundingClientRect().top : null,
+          before: before, after: column()};
+}
 window.addEventListener("load", function () {
   var out = document.createElement("pre");
   out.id = "probe";
@@ -47,7 +62,8 @@ window.addEventListener("load", function () {
       return {alt: i.alt, width: i.naturalWidth, height: i.naturalHeight}; }),
     tables: Array.from(document.querySelectorAll("table")).map(function (t) {
       return t.rows.length; }),
-    title: document.title});
+    title: document.title,
+    layout: layout()});
   document.body.appendChild(out);
 });
 </script>"""
@@ -67,7 +83,7 @@ def probe(tmp_path: Path, html: str) -> tuple[dict, list[str]]:
     page = tmp_path / "probed.html"
     page.write_text(html.replace("<head>", "<head>" + HOOK, 1).replace("</body>",
                                                                       PROBE + "</body>", 1))
-    result = chromium(tmp_path, page, "--dump-dom")
+    result = chromium(tmp_path, page, "--dump-dom", "--window-size=1400,900")
     assert result.returncode == 0, result.stderr[-2000:]
     found = re.search(r'<pre id="probe">(.*?)</pre>', result.stdout, re.S)
     assert found, "probe did not run; stderr: " + result.stderr[-2000:]
@@ -82,7 +98,8 @@ def test_report_html_in_headless_chromium(results, tmp_path):
     found, console = probe(tmp_path, html)
     assert found["errors"] == [] and console == []
     pngs = [p for p in paths.values() if p.suffix == ".png"]
-    assert len(found["images"]) == len(pngs) == 4  # 2 convergence, timeline, who waited
+    # The headline, 2 convergence plots, the timeline, who waited for whom.
+    assert len(found["images"]) == len(pngs) == 5
     for image in found["images"]:
         assert image["width"] > 0 and image["height"] > 0, image
     # Time-to-target speedups, Prague blocks (none, prob:3), synchronization health,
@@ -90,6 +107,13 @@ def test_report_html_in_headless_chromium(results, tmp_path):
     # target, runs not ok, metadata.
     assert len(found["tables"]) == 10 and all(rows >= 2 for rows in found["tables"])
     assert found["title"].startswith("hetbench report")
+    layout = found["layout"]
+    # At 1400 px nothing runs off the page's right edge (wide tables scroll in their box),
+    # and the headline figure starts above the fold.
+    assert layout["scrollWidth"] <= layout["innerWidth"], layout
+    assert layout["headlineTop"] is not None and layout["headlineTop"] < layout["innerHeight"]
+    # A click on a header sorts its table by that column.
+    assert layout["after"] == sorted(layout["before"]) and layout["before"], layout
     shot = tmp_path / "report.png"
     result = chromium(tmp_path, paths["html"], f"--screenshot={shot}", "--window-size=1280,3000")
     assert result.returncode == 0 and shot.stat().st_size > 10_000, result.stderr[-2000:]

@@ -34,7 +34,7 @@ def test_write_report_writes_every_file(results):
     names = {p.name for p in paths.values()}
     assert {"report.csv", "report.md", "report.html", "time_to_target.csv", "timeline.png",
             "timeline.json", "waits.csv", "waits.png", "convergence-mlp-digits-w2-time.png",
-            "convergence-mlp-digits-w2-iterations.png"} == names
+            "convergence-mlp-digits-w2-iterations.png", "headline.png"} == names
     for path in paths.values():
         assert path.is_file() and path.stat().st_size > 0
     with paths["csv"].open() as f:
@@ -65,13 +65,16 @@ def default_report(tmp_path_factory):
 def test_html_is_self_contained_with_every_image(default_report):
     paths = default_report
     page = paths["html"].read_text()
-    images = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    images = re.findall(r'<img(?: id="\w+")? src="data:image/png;base64,([A-Za-z0-9+/=]+)"',
+                        page)
     pngs = [p for p in paths.values() if p.suffix == ".png"]
-    assert len(images) == len(pngs) == 4
+    assert len(images) == len(pngs) == 5
     for data in images:
         width, height = png_size(base64.b64decode(data))
         assert width > 100 and height > 100
-    assert "src=\"http" not in page and "<script" not in page and "<link" not in page
+    # Self-contained: nothing fetched; its one script is inline (sorting tables).
+    assert "src=\"http" not in page and "<script src" not in page and "<link" not in page
+    assert page.count("<script>") == 1
     assert page.count("<table") >= 5  # 2 Prague blocks, throughput, time to target, metadata
     env = json.loads(next(RESULTS.glob("allreduce-*-none-*/env.json")).read_text())
     assert env["git_sha"][:10] in page and env["torch"] in page and env["hostname"] in page
