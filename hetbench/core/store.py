@@ -52,6 +52,16 @@ class ResultsWriteError(OSError):
         return error
 
 
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+#: Read once, at import (reading it means setting it for a moment, which threads could see).
+_UMASK = _read_umask()
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write `text` to a temp file beside `path`, then rename it over `path`; ResultsWriteError
     (and `path` untouched, no temp file left) when it cannot be written."""
@@ -59,6 +69,9 @@ def write_text_atomic(path: Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        # mkstemp makes the file private (0600); results are read by others (a team's share,
+        # a web server), so give it what a plain open() would: 0666 less the umask.
+        os.fchmod(fd, 0o666 & ~_UMASK)
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
