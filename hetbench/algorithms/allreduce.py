@@ -321,3 +321,8 @@ class AllReduceSim(Protocol):
         start = float(t_sync.max())
         end = self.net.rings(range(self.n), self.buckets, start, self.n)
         return Steps(np.full(self.n, end), start - t_sync, self.n - 1)
+
+    def learn(self, k, learner):
+        """The real step's math: every worker's gradient averaged over the workers, then
+        each worker's optimizer step with the average."""
+        learner.sgd_step(learner.mean_over_workers(learner.gradients()))

@@ -95,6 +95,9 @@ class DiLoCoSim(LocalSGDSim):
     """Local SGD's timing with period H: inner steps end when their gradient is ready; every
     H-th waits for the last worker, then one ring all-reduce of the pseudo-gradient."""
 
+    #: The outer optimizer's step is not local SGD's average: no learning half yet.
+    learn = None
+
     def __init__(self, engine):
         super().__init__(engine, period=engine.config.algorithm_config().inner_steps)
         self.outer_steps = 0

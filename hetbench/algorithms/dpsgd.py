@@ -229,6 +229,34 @@ class DPSGDSim(Protocol):
             end = max(net.wire(j, x, self.model_bytes, begin) for j in receive_from)
         self.engine.end_step(x, end, latest - mine, peers=len(receive_from), staleness=0.0)
 
+    def learn(self, k, learner):
+        """The real step's math: each worker's gradient at its model of iteration k, its
+        model mixed with its in-neighbours' models of iteration k (the same Exchange and
+        weights as the real step), then its optimizer step with that gradient."""
+        grads = learner.gradients()
+        learner.mix(*self._mixing(k))
+        learner.sgd_step(grads)
+
+    def _mixing(self, k: int):
+        """Every worker's mixing row at iteration k as (peers, weights), [workers, m]: its own
+        model first, then its in-neighbours' in the real step's order; cached per phase."""
+        import torch
+
+        cache = self.__dict__.setdefault("_mixing_rows", {})
+        phase = k % self.exchange.rounds
+        if phase not in cache:
+            rows = []
+            for r in range(self.n):
+                _, receive_from, weights = self.exchange.at(r, k)
+                rows.append([(r, weights[r]), *((j, weights[j]) for j in receive_from)])
+            width = max(len(row) for row in rows)
+            peers = torch.tensor([[j for j, _ in row] + [row[0][0]] * (width - len(row))
+                                  for row in rows])
+            weights = torch.tensor([[w for _, w in row] + [0.0] * (width - len(row))
+                                    for row in rows], dtype=torch.float32)
+            cache[phase] = (peers, weights)
+        return cache[phase]
+
     lockstep = True
     #: A static graph with more edges than this is played event by event (the lockstep's
     #: neighbour index, workers x the largest degree, would not be small).

@@ -217,6 +217,9 @@ class SGPSim(DPSGDSim):
     """Iteration k ends one message after the iteration's in-peers' messages arrived and its
     out-peers posted their receives: D-PSGD's exchange on the exponential graph's shifts."""
 
+    #: Push-sum's weights are not D-PSGD's mixing: no learning half yet.
+    learn = None
+
     def make_exchange(self):
         return Exchange(None, self.n, self.config.peers)
 

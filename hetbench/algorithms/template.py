@@ -150,6 +150,12 @@ class LocalSGDSim(Protocol):
 
     lockstep = True
 
+    def learn(self, k, learner):
+        """The real step's math: a local optimizer step; every `period`-th, then the mean."""
+        learner.sgd_step(learner.gradients())
+        if (k + 1) % self.period == 0:
+            learner.average_models()
+
     def step_all(self, k, t_sync, full):
         if (k + 1) % self.period:  # a local step: over when its gradient is ready
             return Steps(t_sync.copy(), np.zeros(self.n), 0, staleness=None)

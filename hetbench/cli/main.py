@@ -87,6 +87,9 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         matrix_file, algorithms=algorithms, workloads=workloads, workers=workers,
         slowdown=slowdown, iterations=iterations, seconds=seconds, seeds=seeds, pace_ms=pace_ms,
         launcher=launcher, network=network, dilation=dilation, target=target)
+    if any(config.learn for config in configs):
+        raise UserError("learn = true asks `bench sim` to train its simulated workers; real "
+                        "runs always train: drop it from the matrix for bench run")
     out_dir = out or Path("results") / str(spec["name"])
     check_writable(out_dir)
     for warning in _dilation_warnings(configs):

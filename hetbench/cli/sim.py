@@ -40,6 +40,10 @@ from hetbench.errors import UserError
 @click.option("--compute-ms", type=float,
               help="Compute time per iteration (ms); default: pace_ms, or compute_ms of an "
                    "emulated-compute workload.")
+@click.option("--learn", is_flag=True,
+              help="The simulated workers train real models on the workload's real data "
+                   "(sim/learn.py): evaluations, time to target and consensus as real runs "
+                   "have them (as `learn = true` in a matrix file).")
 @click.option("--fit-from", type=click.Path(path_type=Path),
               help="Fit compute time per workload (and pace) from the real runs in this "
                    "results directory, and alpha from its allreduce runs.")
@@ -54,8 +58,8 @@ from hetbench.errors import UserError
 @click.option("--dry-run", is_flag=True, help="List the runs the matrix expands to, run nothing.")
 @wait_flag
 def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
-            pace_ms, target, network, dilation, out, compute_ms, fit_from, against, events,
-            dry_run, wait, **model_flags) -> None:
+            pace_ms, target, network, dilation, out, compute_ms, learn, fit_from, against,
+            events, dry_run, wait, **model_flags) -> None:
     """Simulate a matrix (discrete events) and write results that `bench report` reads."""
     # model_flags: alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, gg_request_us
     # (see _models).
@@ -75,7 +79,7 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
     spec, configs = from_file_and_flags(
         matrix_file, algorithms=algorithms, workloads=workloads, workers=workers,
         slowdown=slowdown, iterations=iterations, seconds=seconds, seeds=seeds, pace_ms=pace_ms,
-        network=network, dilation=dilation, target=target)
+        network=network, dilation=dilation, target=target, learn=learn)
     out_dir = out or Path("results") / "sim" / str(spec["name"])
     if dry_run:
         for config in configs:
@@ -86,7 +90,11 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
 
     for config in configs:  # what cannot be simulated fails before anything runs
         models.compute.seconds(config)
-        simulated_protocol(config)
+        protocol = simulated_protocol(config)
+        if config.learn:
+            from hetbench.sim.learn import check_learnable
+
+            check_learnable(config, protocol, shared_cores=models.network.cores is not None)
     check_writable(out_dir)
     with lock_results(out_dir, "bench sim", wait):
         if (fit_from is None and any(not config.network for config in configs)

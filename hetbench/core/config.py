@@ -62,6 +62,8 @@ class RunConfig:
     #: The emulated cluster's network (hetbench.network.model.NetworkConfig's fields, from a
     #: matrix's [network] table); {} = none: the host's own transport, host time.
     network: dict[str, Any] = field(default_factory=dict)
+    #: `bench sim --learn`: the simulated workers train real models (sim/learn.py).
+    learn: bool = False
 
     def __post_init__(self):
         if self.workers < 2:
@@ -222,6 +224,8 @@ class RunConfig:
             identity.pop("target")
         if not identity["network"]:  # likewise runs without a network model
             identity.pop("network")
+        if not identity["learn"]:  # and simulations without learning
+            identity.pop("learn")
         # Likewise for options added to an algorithm or workload after runs of it were stored.
         for key, config_cls in (("algorithm_options", self.algorithm_class().Config),
                                 ("workload_options", self.workload_class().Config)):

@@ -38,7 +38,7 @@ AXES = {"algorithms": str, "workloads": str, "workers": int, "slowdown": str, "s
 SCALARS = {
     "iterations": int, "seconds": float, "pace_ms": float, "warmup_iterations": int,
     "comm_timeout_s": float, "eval_interval_s": float, "device": str, "save_models": bool,
-    "launcher": str, "fault": str, "bind_host": str,
+    "launcher": str, "fault": str, "bind_host": str, "learn": bool,
 }
 TABLES = ("algorithm", "workload")
 DEFAULTS: dict[str, Any] = {"slowdown": ["none"], "seeds": [1]}
@@ -191,7 +191,7 @@ def from_file_and_flags(matrix_file: Path | None, *, algorithms: str | None = No
                         seconds: float | None = None, seeds: str | None = None,
                         pace_ms: float | None = None, launcher: str | None = None,
                         network: str | None = None, dilation: float | None = None,
-                        target: str | None = None,
+                        target: str | None = None, learn: bool = False,
                         ) -> tuple[dict[str, Any], list[RunConfig]]:
     """The matrix of a file (optional) with command-line flags over it: (spec, RunConfigs).
     `network` names a preset (or "none": no network model), `dilation` sets the network's."""
@@ -216,6 +216,7 @@ def from_file_and_flags(matrix_file: Path | None, *, algorithms: str | None = No
         "pace_ms": pace_ms,
         "launcher": launcher,
         "target": target,
+        "learn": True if learn else None,
     }
     if seconds is not None and iterations is None:
         spec.pop("iterations", None)

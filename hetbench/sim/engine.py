@@ -30,6 +30,7 @@ from hetbench.core.registry import ALGORITHMS
 from hetbench.core.signals import interrupted_cause
 from hetbench.core.store import environment, read_json, write_json_atomic
 from hetbench.errors import UserError
+from hetbench.sim.learn import Learner, check_learnable
 from hetbench.sim.model import SimModels, layout
 from hetbench.sim.protocol import Protocol
 from hetbench.sim.sink import EventSink, full_events
@@ -61,6 +62,8 @@ class Engine:
         self._max_iterations = math.inf if config.iterations is None else config.iterations
         self._max_seconds = math.inf if config.seconds is None else config.seconds
         self.sink = sink
+        #: The workers' models when the run learns (sim/learn.py), else None.
+        self.learner = None
         self.now = 0.0
         #: Pending events: the distinct times (a heap) and, per time, its callbacks in the
         #: order they were scheduled (see at()).
@@ -166,6 +169,11 @@ class Engine:
             slow = (self.injector.factors(k, t) - 1.0) * compute
             t_sync = t + compute + slow
             steps = protocol.step_all(k, t_sync, full)
+            if self.learner is not None:
+                # Evaluations at the ticks before this iteration ends see the models as they
+                # are; then the iteration's model operations, as the real steps do them.
+                self.learner.evaluate_before(float(steps.t_end.max()), k)
+                protocol.learn(k, self.learner)
             step_s = steps.t_end - t_sync
             wait_s = np.minimum(np.maximum(steps.wait_s, 0.0), step_s)
             if sink is not None:
@@ -176,6 +184,7 @@ class Engine:
         if sink is not None:
             sink.settle()
         self.t_sync = t.tolist() if self.config.iterations == 0 else t_sync.tolist()
+        self.trained_until = float(t.max()) if n else 0.0
         for w, t_end in enumerate(t.tolist()):
             self.at(t_end, self.begin, w, t_end)
 
@@ -317,8 +326,12 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path,
     run_dir = Path(out_dir) / config.run_id
     # An algorithm it cannot play fails here, before any file exists.
     engine = Engine(config, models, lockstep=lockstep)
+    if config.learn:
+        check_learnable(config, engine.protocol, shared_cores=not engine.lockstep())
     _clear_previous(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if config.learn:
+        engine.learner = Learner(config, run_dir)
     write_json_atomic(run_dir / "config.json", config.to_dict())
     write_json_atomic(run_dir / "env.json", {**environment(), "simulated": True})
     sink = engine.sink = EventSink(config, run_dir, full_events(events, config.workers))
@@ -329,6 +342,8 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path,
         except RuntimeError as exc:
             status, cause = "failed", f"simulator: {exc}"
         sink.close()
+        if engine.learner is not None and status == "ok":
+            engine.learner.finish(engine.trained_until, config.iterations)
         summary = _summary(config, models, engine, status, cause, started)
     # Ctrl-C, SIGTERM, SIGHUP: on record, then stop bench. The outer try: a signal can also
     # land while the events are written and summed (seconds at 1024 workers).
@@ -353,6 +368,7 @@ def _summary(config: RunConfig, models: SimModels, engine: Engine, status: str,
     summary = {
         **summary_head(config, status, cause, started),
         **engine.sink.summary(config),
+        **(engine.learner.summary() if engine.learner is not None and status == "ok" else {}),
         **_facts(config, stats),
         "simulated": True, "sim": {**models.to_dict(config), **stats},
         "data": "none (simulated)",

@@ -58,6 +58,11 @@ class Protocol:
         self.model_bytes = engine.layout.model_bytes
         self.config = engine.config.algorithm_config()
 
+    #: learn(k, learner), the protocol's model operations for `bench sim --learn` (lockstep
+    #: protocols: iteration k of every worker, on a sim.learn.Learner), or None: the
+    #: algorithm has no learning half and --learn refuses it.
+    learn = None
+
     def ready(self, w: int) -> None:
         self.engine.end_step(w, self.engine.now, 0.0)
 
