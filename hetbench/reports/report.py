@@ -139,9 +139,14 @@ class Report:
             notes.append(f"Emulated compute in: {', '.join(names)} (a paced wait with real "
                          "message sizes; throughput only, no convergence).")
         if "simulated" in runs and runs["simulated"].any():
+            learned = (int(runs["learned"].fillna(False).astype(bool).sum())
+                       if "learned" in runs else 0)
             notes.append(f"Simulated (`bench sim`, a discrete-event model, not real processes): "
                          f"{int(runs['simulated'].sum())} of {len(runs)} run(s); see the "
-                         "`simulated` column.")
+                         "`simulated` column."
+                         + (f" {learned} of them simulated (learned): their workers trained "
+                            "real models (`bench sim --learn`), so their accuracy and time to "
+                            "target are the simulation's, not a real run's." if learned else ""))
         paced = sorted({float(p) for p in runs.get("pace_ms", []) if p and p == p})
         if paced:
             notes.append(f"Pacing on: a floor of {', '.join(f'{p:g}' for p in paced)} ms on "

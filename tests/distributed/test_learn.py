@@ -51,6 +51,17 @@ def test_learned_all_reduce_is_single_process_sgd_on_the_union_of_the_minibatche
         np.testing.assert_allclose(learned, reference, rtol=1e-4, atol=1e-5)
 
 
+def test_a_report_labels_learned_simulations(tmp_path, bench):
+    out = tmp_path / "sim"
+    ran = bench("sim", "--learn", "--algorithms", "allreduce,dpsgd", "--workloads", "mlp-digits",
+                "--workers", "4", "--iterations", "40", "--pace-ms", "5", "--out", out)
+    assert ran.returncode == 0, ran.stderr
+    assert bench("report", out).returncode == 0
+    md = (out / "report.md").read_text()
+    assert "2 of them simulated (learned)" in md
+    assert "## Time to target" in md and "not reached" not in md.split("## Time to target")[1][:50]
+
+
 def test_learned_runs_are_evaluated_like_real_ones(tmp_path):
     config = RunConfig(algorithm="dpsgd", workload="svm", workers=16, iterations=60,
                        warmup_iterations=2, pace_ms=10, seed=1, learn=True,
