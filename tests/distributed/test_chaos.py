@@ -139,3 +139,74 @@ def test_chaos_launcher_deaths(tmp_path, bench_cmd, cli_env):
                 assert (summary["status"], summary["cause"]) == ("interrupted", expected), where
         outcomes.append(f"{where}: exit {proc.returncode}, {len(summaries)} summary")
     print("\n".join(outcomes))
+
+
+#: What the results-directory part does to a finished directory between two `bench run`s.
+DAMAGE = ("truncate-summary", "garbage-event-line", "stray-temp-file", "none")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_chaos_on_the_results_directory(tmp_path, bench_cmd, cli_env):
+    """The results directory's faults beside the kills (issue 34), in random order: while a
+    matrix runs, a second writer starts (refused in one line, the first's runs untouched);
+    between runs the directory is damaged (a truncated summary, a garbage event line, a
+    stray temp file of an interrupted write). `bench report` always writes a report and names
+    the damaged run; the next `bench run` redoes a run whose summary is gone, skips the rest;
+    no record is lost."""
+    rng = np.random.default_rng(20261126)
+    matrix = tmp_path / "m.toml"
+    matrix.write_text('algorithms = ["allreduce", "dpsgd"]\nworkloads = ["mlp-digits"]\n'
+                      "workers = [2]\niterations = 60\nwarmup_iterations = 3\npace_ms = 5\n")
+    out = tmp_path / "results"
+    redone: set[str] = set()  # runs whose summary was removed: the next run sets them aside
+
+    def bench(*args, timeout=240):
+        return subprocess.run([*bench_cmd, *map(str, args)], capture_output=True, text=True,
+                              env=cli_env, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    for round_ in range(3):
+        first = subprocess.Popen([*bench_cmd, "run", str(matrix), "--out", str(out)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=cli_env, stdin=subprocess.DEVNULL)
+        try:
+            time.sleep(float(rng.uniform(0.5, 3.0)))
+            second = bench("run", matrix, "--out", out, timeout=60)
+            _, first_err = first.communicate(timeout=300)
+        finally:
+            first.kill()
+        assert first.returncode == 0, first_err
+        if second.returncode != 0:  # the first was still writing: refused, in one line
+            lines = second.stderr.strip().splitlines()
+            assert second.returncode == 2 and len(lines) == 1 and "in use by" in lines[0]
+        runs = sorted(p for p in out.iterdir() if p.is_dir() and not p.name.startswith("."))
+        assert len(runs) == 2
+        attempts = out / ".attempts"
+        set_aside = sorted(p.name for p in attempts.iterdir()) if attempts.exists() else []
+        assert all(any(name.startswith(run) for run in redone) for name in set_aside)
+        assert len(set_aside) == len(redone), (set_aside, redone)
+        for run in runs:
+            assert json.loads((run / "summary.json").read_text())["status"] == "ok"
+            for log in run.glob("events.rank*.jsonl"):
+                assert read_jsonl(log)[1] == 0, log  # every line whole
+        damage = DAMAGE[round_]
+        victim = runs[int(rng.integers(len(runs)))]
+        if damage == "truncate-summary":
+            text = (victim / "summary.json").read_text()
+            (victim / "summary.json").write_text(text[: len(text) // 2])
+        elif damage == "garbage-event-line":
+            with (victim / "events.rank0.jsonl").open("a") as f:
+                f.write('{"schema_version":1,"run_id":"torn\n')
+        elif damage == "stray-temp-file":
+            (victim / ".summary.json.x1y2.tmp").write_text("{")
+        report = bench("report", out, timeout=180)
+        assert report.returncode == 0 and "Traceback" not in report.stderr, report.stderr
+        if damage in ("truncate-summary", "garbage-event-line"):
+            assert victim.name in report.stderr, report.stderr
+        if damage == "truncate-summary":
+            (victim / "summary.json").unlink()  # what the next run must redo
+            redone.add(victim.name)
+        elif damage == "garbage-event-line":
+            # Put the log back whole: the next round checks every line again.
+            lines = (victim / "events.rank0.jsonl").read_text().splitlines(keepends=True)
+            (victim / "events.rank0.jsonl").write_text("".join(lines[:-1]))
