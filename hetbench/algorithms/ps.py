@@ -174,6 +174,12 @@ class PSSyncSim(Protocol):
 
     lockstep = True
 
+    def learn(self, k, learner):
+        """The real step's math: the server averages every worker's gradient, takes its
+        optimizer step, and every worker takes the server's model (equal to all workers taking
+        the step with the mean gradient: they start alike)."""
+        learner.sgd_step(learner.mean_over_workers(learner.gradients()))
+
     def step_all(self, k, t_sync, full):
         hop, cpu = self.net.hop(self.n + self.servers), self.net.cpu_s
         arrivals = (t_sync + hop) + self.push

@@ -343,6 +343,9 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path,
             status, cause = "failed", f"simulator: {exc}"
         sink.close()
         if engine.learner is not None and status == "ok":
+            # What the real workers' finish() does to the models after training (a drain).
+            if (learn_finish := getattr(engine.protocol, "learn_finish", None)) is not None:
+                learn_finish(engine.learner, config.iterations)
             engine.learner.finish(engine.trained_until, config.iterations)
         summary = _summary(config, models, engine, status, cause, started)
     # Ctrl-C, SIGTERM, SIGHUP: on record, then stop bench. The outer try: a signal can also

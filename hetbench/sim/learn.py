@@ -12,8 +12,9 @@ torch.optim.SGD applies it.
 
 What each protocol does to the models is its own (Protocol.learn, beside its timing and the
 real step): this module only holds the models and the operations they are built from. This
-first version plays the protocols that run in lockstep (every worker's k-th step at once):
-allreduce, local SGD and D-PSGD on a static graph; the others are refused with one line.
+first version plays protocols that run in lockstep (every worker's k-th step at once):
+allreduce, ps-sync, local SGD, D-PSGD and Prague's static schedule; the others are refused
+with one line.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ def check_learnable(config: RunConfig, protocol, shared_cores: bool = False) -> 
                         "yet")
     if getattr(protocol, "learn", None) is None or not protocol.lockstep:
         raise UserError(f"bench sim --learn: algorithm {config.algorithm} has no learning half "
-                        "yet (Protocol.learn); it plays allreduce, local-sgd and dpsgd on a "
-                        "static graph")
+                        "yet (Protocol.learn); it plays allreduce, ps-sync, local-sgd, dpsgd "
+                        "and prague-static")
 
 
 class Learner:
@@ -134,6 +135,26 @@ class Learner:
     def average_models(self) -> None:
         """Every worker's model becomes the workers' mean model."""
         self.params = self.mean_over_workers(self.params)
+
+    def average_groups(self, groups) -> None:
+        """Each group's members' models become the group's mean model (P-Reduce); workers in
+        no group, or alone in one, keep theirs."""
+        group_of = torch.arange(self.n)
+        for index, members in enumerate(groups):
+            if len(members) > 1:
+                group_of[list(members)] = self.n + index
+        met = group_of >= self.n
+        if not met.any():
+            return
+        _, group_of = torch.unique(group_of, return_inverse=True)
+        count = torch.bincount(group_of).unsqueeze(1)
+        for name, p in self.params.items():
+            flat = p.reshape(self.n, -1)
+            sums = torch.zeros(int(group_of.max()) + 1, flat.shape[1], dtype=flat.dtype)
+            sums.index_add_(0, group_of, flat)
+            mean = sums / count
+            self.params[name] = torch.where(met.unsqueeze(1), mean[group_of], flat).reshape(
+                p.shape)
 
     def mix(self, peers: torch.Tensor, weights: torch.Tensor) -> None:
         """Gossip, every worker at once from the models before the mix: worker i's model

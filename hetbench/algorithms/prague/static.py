@@ -138,6 +138,19 @@ class PragueStaticSim(Protocol):
 
     lockstep = True
 
+    def learn(self, k, learner):
+        """The real step's math: a local optimizer step, then the P-Reduce of schedule step
+        k's groups."""
+        learner.sgd_step(learner.gradients())
+        learner.average_groups(static_groups(k, self.n, self.config.workers_per_node))
+
+    def learn_finish(self, learner, iterations: int) -> None:
+        """finish()'s drain: the schedule's groups from the last iteration to the agreed end
+        (every worker stopped at the same iteration), averaging without training."""
+        end = -(-(iterations + self.end_margin) // 4) * 4
+        for step in range(iterations, end):
+            learner.average_groups(static_groups(step, self.n, self.config.workers_per_node))
+
     def step_all(self, k, t_sync, full):
         """Schedule step k of every worker (in training every worker's step is its iteration,
         so a group's members are at the same iteration: staleness 0, as Meetings computes)."""
