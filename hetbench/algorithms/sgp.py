@@ -217,11 +217,50 @@ class SGPSim(DPSGDSim):
     """Iteration k ends one message after the iteration's in-peers' messages arrived and its
     out-peers posted their receives: D-PSGD's exchange on the exponential graph's shifts."""
 
-    #: Push-sum's weights are not D-PSGD's mixing: no learning half yet.
-    learn = None
-
     def make_exchange(self):
         return Exchange(None, self.n, self.config.peers)
+
+    def learn(self, k, learner):
+        """The real step's math (SGP.step, max_delay 0), every worker at once: the local
+        optimizer step added to the push-sum numerator x, a share of (x, w) sent to each
+        out-peer as float32 (the message), what was not sent kept, the in-peers' messages of
+        iteration k added in the order they were posted, and the model set to x / w."""
+        import torch
+
+        state = self.__dict__.get("_push_sum")
+        if state is None:
+            state = self._push_sum = (learner.flat().double(),
+                                      torch.ones(self.n, dtype=torch.float64))
+        x, w = state
+        before = learner.flat()
+        learner.sgd_step(learner.gradients())
+        x += (learner.flat() - before).double()
+        send_count, receive_from, share = self._push_links(k)
+        message_x = (x * share.unsqueeze(1)).float()
+        message_w = (w * share).float()
+        x -= message_x.double() * send_count.unsqueeze(1)
+        w -= message_w.double() * send_count
+        for m in range(receive_from.shape[1]):
+            x += message_x[receive_from[:, m]].double()
+            w += message_w[receive_from[:, m]].double()
+        learner.set_flat(x / w.unsqueeze(1))
+
+    def _push_links(self, k: int):
+        """(how many each worker sends to, its in-peers [workers, m] in posting order, its
+        share weights[rank]) at iteration k, from the real step's Exchange; kept per phase of
+        the graph."""
+        import torch
+
+        cache = self.__dict__.setdefault("_push_link_cache", {})
+        phase = k % self.exchange.rounds
+        if phase not in cache:
+            rows = [self.exchange.at(r, k) for r in range(self.n)]
+            cache[phase] = (
+                torch.tensor([len(send_to) for send_to, _, _ in rows], dtype=torch.float64),
+                torch.tensor([list(receive_from) for _, receive_from, _ in rows]),
+                torch.tensor([weights[r] for r, (_, _, weights) in enumerate(rows)],
+                             dtype=torch.float64))
+        return cache[phase]
 
 
 class OSGPSim(DPSGDSim):
@@ -232,6 +271,8 @@ class OSGPSim(DPSGDSim):
     #: A step mixes in whatever has arrived by its end: that depends on other workers' later
     #: iterations, so OSGP is played event by event.
     lockstep = False
+    #: Its learning half (messages mixed as they arrive) is not built yet.
+    learn = None
 
     def __init__(self, engine):
         super().__init__(engine)

@@ -13,7 +13,7 @@ torch.optim.SGD applies it.
 What each protocol does to the models is its own (Protocol.learn, beside its timing and the
 real step): this module only holds the models and the operations they are built from. This
 first version plays protocols that run in lockstep (every worker's k-th step at once):
-allreduce, ps-sync, local SGD, D-PSGD and Prague's static schedule; the others are refused
+allreduce, ps-sync, local SGD, D-PSGD, SGP and Prague's static schedule; the others are refused
 with one line.
 """
 
@@ -55,8 +55,8 @@ def check_learnable(config: RunConfig, protocol, shared_cores: bool = False) -> 
                         "yet")
     if getattr(protocol, "learn", None) is None or not protocol.lockstep:
         raise UserError(f"bench sim --learn: algorithm {config.algorithm} has no learning half "
-                        "yet (Protocol.learn); it plays allreduce, ps-sync, local-sgd, dpsgd "
-                        "and prague-static")
+                        "yet (Protocol.learn); it plays allreduce, ps-sync, local-sgd, dpsgd, "
+                        "sgp and prague-static")
 
 
 class Learner:
@@ -135,6 +135,20 @@ class Learner:
     def average_models(self) -> None:
         """Every worker's model becomes the workers' mean model."""
         self.params = self.mean_over_workers(self.params)
+
+    def flat(self) -> torch.Tensor:
+        """Every worker's parameters as one row each, [workers, model size], in the model's
+        parameter order (flat_params' order); a new tensor."""
+        return torch.cat([p.reshape(self.n, -1) for p in self.params.values()], dim=1)
+
+    def set_flat(self, flat: torch.Tensor) -> None:
+        """Every worker's parameters from rows as flat() gives them (cast to the model's
+        dtype, as set_flat_params copies them)."""
+        offset = 0
+        for name, p in self.params.items():
+            size = p[0].numel()
+            self.params[name] = flat[:, offset:offset + size].to(p.dtype).reshape(p.shape)
+            offset += size
 
     def average_groups(self, groups) -> None:
         """Each group's members' models become the group's mean model (P-Reduce); workers in
