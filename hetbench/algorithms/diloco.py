@@ -95,12 +95,24 @@ class DiLoCoSim(LocalSGDSim):
     """Local SGD's timing with period H: inner steps end when their gradient is ready; every
     H-th waits for the last worker, then one ring all-reduce of the pseudo-gradient."""
 
-    #: The outer optimizer's step is not local SGD's average: no learning half yet.
-    learn = None
-
     def __init__(self, engine):
         super().__init__(engine, period=engine.config.algorithm_config().inner_steps)
         self.outer_steps = 0
+        self._outer = None
+
+    def learn(self, k, learner):
+        """The real step's math: an inner optimizer step; every H-th, the workers' mean
+        pseudo-gradient (outer model - own model) fed to the one outer optimizer (the real
+        step's outer_optimizer, Nesterov SGD), whose outer model every worker then takes."""
+        if self._outer is None:  # the common starting model is the first outer model
+            self._outer = learner.flat()[0].clone()
+            self._outer_optimizer = outer_optimizer(self._outer, self.config)
+        learner.sgd_step(learner.gradients())
+        if (k + 1) % self.period:
+            return
+        self._outer.grad = (self._outer.unsqueeze(0) - learner.flat()).mean(0)
+        self._outer_optimizer.step()
+        learner.set_flat(self._outer.unsqueeze(0).expand(self.n, -1))
 
     def ready(self, w):
         if (self.engine.iteration[w] + 1) % self.period == 0 and len(self.arrived) == self.n - 1:

@@ -13,8 +13,8 @@ torch.optim.SGD applies it.
 What each protocol does to the models is its own (Protocol.learn, beside its timing and the
 real step): this module only holds the models and the operations they are built from. This
 first version plays protocols that run in lockstep (every worker's k-th step at once):
-allreduce, ps-sync, local SGD, D-PSGD, SGP and Prague's static schedule; the others are refused
-with one line.
+allreduce, ps-sync, local SGD, DiLoCo, D-PSGD, SGP and Prague's static schedule; the others
+are refused with one line.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def check_learnable(config: RunConfig, protocol, shared_cores: bool = False) -> 
     if getattr(protocol, "learn", None) is None or not protocol.lockstep:
         raise UserError(f"bench sim --learn: algorithm {config.algorithm} has no learning half "
                         "yet (Protocol.learn); it plays allreduce, ps-sync, local-sgd, dpsgd, "
-                        "sgp and prague-static")
+                        "sgp, diloco and prague-static")
 
 
 class Learner:
@@ -147,7 +147,9 @@ class Learner:
         offset = 0
         for name, p in self.params.items():
             size = p[0].numel()
-            self.params[name] = flat[:, offset:offset + size].to(p.dtype).reshape(p.shape)
+            # contiguous(): rows may be one row expanded (every worker takes the same model).
+            self.params[name] = (flat[:, offset:offset + size].to(p.dtype).reshape(p.shape)
+                                 .contiguous())
             offset += size
 
     def average_groups(self, groups) -> None:

@@ -16,7 +16,8 @@ MODELS = SimModels(NetworkModel(alpha_s=20e-6, beta_bytes_per_s=1.25e9), Compute
 @pytest.mark.parametrize("algorithm, options", [
     ("allreduce", {}), ("local-sgd", {"period": 3}), ("ps-sync", {}),
     ("prague-static", {"workers_per_node": 2}), ("dpsgd", {}),
-    ("dpsgd", {"topology": "one-peer-exponential"}), ("sgp", {})])
+    ("dpsgd", {"topology": "one-peer-exponential"}), ("sgp", {}),
+    ("diloco", {"inner_steps": 4})])
 def test_a_learned_simulation_ends_with_the_real_runs_models(tmp_path, algorithm, options):
     """The lockstep protocols' order of events is fixed by their iterations: the simulation
     applies the same steps to the same minibatches (momentum on) as 4 real ranks did."""
