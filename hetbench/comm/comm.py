@@ -239,6 +239,10 @@ class Comm:
         # complete after it, on a message of training: it is matched with its modeled delivery
         # all the same, by the network in force when it completes (each message of a stream
         # takes its number then, so none is skipped and no later one reads an earlier's).
+        if src is None and self.backend == "nccl":  # refused before anything is posted
+            raise CommMisuse("Comm: NCCL has no receive from any sender (recv(src=None)); this "
+                             "algorithm needs gloo: run it with device = \"cpu\", or with its "
+                             "ranks sharing a GPU (gloo on CUDA tensors)")
         posted_under = self.network
         since = float("-inf") if posted_under is None else posted_under.clock()
         if self.stages_through_host:

@@ -146,3 +146,15 @@ def _record_whom_a_step_met(comm):
 
 def test_comm_records_the_ranks_a_step_met_on_its_own_thread():
     assert on_ranks(_record_whom_a_step_met, 3) == [[0, 1, 2], [0, 1], [0]]
+
+
+def test_a_receive_from_any_sender_on_nccl_is_refused_with_what_to_do():
+    """NCCL (a GPU per rank) has no any-source receive, which AD-PSGD and Hop need: refused at
+    once, naming gloo, instead of failing inside the backend."""
+    import torch.distributed as dist
+
+    from hetbench.comm.comm import Comm
+
+    comm = Comm(0, 2, torch.device("cpu"), "nccl", dist.HashStore(), timeout_s=5)
+    with pytest.raises(CommMisuse, match="needs gloo"):
+        comm.recv(torch.zeros(2))
