@@ -174,6 +174,7 @@ class Engine:
                 # are; then the iteration's model operations, as the real steps do them.
                 self.learner.evaluate_before(float(steps.t_end.max()), k)
                 protocol.learn(k, self.learner)
+                self.learner.after_iteration(k, float(steps.t_end.max()))
             step_s = steps.t_end - t_sync
             wait_s = np.minimum(np.maximum(steps.wait_s, 0.0), step_s)
             if sink is not None:

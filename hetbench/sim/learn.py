@@ -31,6 +31,7 @@ from torch.nn.utils.stateless import _reparametrize_module
 
 from hetbench.core.config import RunConfig
 from hetbench.core.store import EventLog
+from hetbench.core.target import parse_target
 from hetbench.errors import UserError
 
 #: Workloads whose models the learning simulator trains (small models on data that ships).
@@ -84,6 +85,9 @@ class Learner:
         self._gradients = vmap(grad(self._loss))
         self.records: list[dict[str, Any]] = []
         self._next_tick = 0
+        #: The run's target, timed to the iteration: the averaged model is scored after every
+        #: iteration until it meets it (cheap for the models learned here).
+        self.target = parse_target(config.target) if config.target else None
 
     def _stream(self, worker: int):
         """Worker `worker`'s minibatches, its first drawn now: a shard too small for a batch
@@ -195,6 +199,20 @@ class Learner:
                                  **self._score(iteration)})
             self._next_tick += 1
 
+    def after_iteration(self, k: int, t_end: float) -> None:
+        """With a target not met yet: whether the averaged model after iteration k meets it;
+        the first time it does, a "target" record at the iteration's end (its last worker's),
+        exact to the iteration, as a real run's search finds it to one step."""
+        if self.target is None:
+            return
+        scores = self._mean_scores()
+        if self.target.met(scores.get(self.target.column)):
+            self.records.append({"kind": "target", "wall_s": t_end, "iteration": float(k + 1),
+                                 "target": self.config.target, "resolution_iterations": 1,
+                                 "probes": k + 1, "exact": True, "moment": "step end",
+                                 **scores})
+            self.target = None
+
     def finish(self, end_s: float, iterations: int) -> None:
         """The final evaluation, eval.jsonl, and (save_models) each worker's final model."""
         self.records.append({"kind": "final", "wall_s": end_s, **self._score(iterations)})
@@ -211,7 +229,7 @@ class Learner:
 
     def summary(self) -> dict[str, Any]:
         """The summary fields a real run computes from its evaluations."""
-        final = self.records[-1] if self.records else {}
+        final = next((r for r in reversed(self.records) if r["kind"] == "final"), {})
         snapshots = [r["consensus_distance"] for r in self.records if r["kind"] == "snapshot"]
         return {"final_test_loss": final.get("test_loss"),
                 "final_test_accuracy": final.get("test_accuracy"),
@@ -224,6 +242,12 @@ class Learner:
     def _score(self, iteration: int) -> dict[str, Any]:
         mean = self.mean_over_workers(self.params)
         spread = sum(float((p - mean[name]).pow(2).sum()) for name, p in self.params.items())
-        with _reparametrize_module(self.model, {name: m[0] for name, m in mean.items()}):
-            scores = self.workload.evaluate(self.model)
-        return {"iteration": float(iteration), "consensus_distance": spread / self.n, **scores}
+        return {"iteration": float(iteration), "consensus_distance": spread / self.n,
+                **self._mean_scores()}
+
+    @torch.no_grad()
+    def _mean_scores(self) -> dict[str, float]:
+        """The workload's evaluation of the workers' averaged model."""
+        mean = {name: p.mean(0) for name, p in self.params.items()}
+        with _reparametrize_module(self.model, mean):
+            return self.workload.evaluate(self.model)

@@ -1,6 +1,8 @@
 """bench sim --learn (sim/learn.py): the simulated workers train real models, and the same events
 give the same math as real runs."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -68,10 +70,18 @@ def test_learned_runs_are_evaluated_like_real_ones(tmp_path):
     config = RunConfig(algorithm="dpsgd", workload="svm", workers=16, iterations=60,
                        warmup_iterations=2, pace_ms=10, seed=1, learn=True,
                        eval_interval_s=0.1, target="accuracy:0.6")
-    summary = simulate(config, MODELS, tmp_path).summary
+    result = simulate(config, MODELS, tmp_path)
+    summary = result.summary
     assert summary["final_test_accuracy"] > 0.6
     assert summary["final_consensus_distance"] > 0  # gossip leaves the models apart
     assert summary["mean_consensus_distance"] > 0
+    # The target timed to the iteration: no later than the first evaluation that met it.
+    records = [json.loads(line) for line in (result.run_dir / "eval.jsonl").open()]
+    (target,) = [r for r in records if r["kind"] == "target"]
+    assert target["exact"] and target["test_accuracy"] >= 0.6
+    first_met = next(r for r in records if r["kind"] == "snapshot"
+                     and r["test_accuracy"] >= 0.6)
+    assert 0 < target["wall_s"] <= first_met["wall_s"]
 
 
 @pytest.mark.parametrize("flags, message", [
