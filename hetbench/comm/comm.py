@@ -291,8 +291,7 @@ class Comm:
         if not self.stages_through_host:
             return dist.irecv(tensor, src=src, group=group, tag=tag)
         host = torch.empty(tensor.shape, dtype=tensor.dtype)
-        return _Staged(dist.irecv(host, src=src, group=group, tag=tag),
-                       lambda: tensor.copy_(host))
+        return _staged(dist.irecv(host, src=src, group=group, tag=tag), tensor, host)
 
     def group(self, members: Sequence[int] | None):
         """The process group of `members` (None = the world), created on first use and cached.
@@ -388,37 +387,16 @@ def _host_copy(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.detach().to("cpu", copy=True)
 
 
-class _Staged:
-    """A receive into host memory: wait() waits for it, then copies it into the real tensor
-    (once)."""
-
-    def __init__(self, work, deliver):
-        self._work, self._deliver = work, deliver
-
-    def wait(self, timeout=None) -> bool:
-        if timeout is None:
-            self._work.wait()
-        else:
-            self._work.wait(timeout)
-        if self._deliver is not None:
-            deliver, self._deliver = self._deliver, None
-            deliver()
-        return True
-
-    def is_completed(self) -> bool:
-        return self._work.is_completed()
-
-
-class _Modeled:
-    """A torch Work whose wait() also waits for the emulated network (once): `due()` is the
-    modeled end on the emulator's clock (time.monotonic), `finish(since)` waits for it.
+class _ThenOnce:
+    """A torch Work whose wait() also runs `then(since)` once, after the real operation:
+    delivering a receive staged in host memory, or waiting out the emulated network.
 
     `since` is when this rank began waiting on a real operation still in flight; one already
-    done when wait() is called finished at an unknown earlier moment and is not counted late
-    (fidelity: the rank was busy elsewhere, the network was not slow)."""
+    done when wait() is called finished at an unknown earlier moment (inf: the emulator does
+    not count it late, since the rank was busy elsewhere, not the network slow)."""
 
-    def __init__(self, work, due, finish):
-        self._work, self._due, self._finish = work, due, finish
+    def __init__(self, work, then):
+        self._work, self._then = work, then
 
     def wait(self, timeout=None) -> bool:
         since = float("inf") if self._work.is_completed() else time.monotonic()
@@ -426,13 +404,30 @@ class _Modeled:
             self._work.wait()
         else:
             self._work.wait(timeout)
-        if self._finish is not None:
-            finish, self._finish = self._finish, None
-            finish(since)
+        if self._then is not None:
+            then, self._then = self._then, None
+            then(since)
         return True
+
+    def is_completed(self) -> bool:
+        return self._work.is_completed()
+
+
+def _staged(work, tensor: torch.Tensor, host: torch.Tensor) -> _ThenOnce:
+    """A receive into `host`: wait() waits for it, then copies it into `tensor`."""
+    return _ThenOnce(work, lambda since: tensor.copy_(host))
+
+
+class _Modeled(_ThenOnce):
+    """A torch Work whose wait() also waits for the emulated network (once): `due()` is the
+    modeled end on the emulator's clock (time.monotonic), `finish(since)` waits for it."""
+
+    def __init__(self, work, due, finish):
+        super().__init__(work, finish)
+        self._due = due
 
     def is_completed(self) -> bool:
         """Whether wait() would return at once: the real operation is done and so is the
         modeled one."""
         return self._work.is_completed() and (
-            self._finish is None or time.monotonic() >= self._due())
+            self._then is None or time.monotonic() >= self._due())
