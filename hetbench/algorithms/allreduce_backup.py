@@ -101,7 +101,10 @@ class AllReduceBackup(Algorithm):
         # Updates this worker's model took in that its gradient was not part of.
         staleness = version - self._version - (1 if used else 0)
         self._version = version
-        return StepInfo(peers=averaged - 1 if used else averaged, staleness=float(staleness),
+        # wait_s 0, not Comm's blocked seconds: the reports infer the wait for the last
+        # gradient of the update from the workers' arrivals (the rest is the aggregator's).
+        return StepInfo(wait_s=0.0, peers=averaged - 1 if used else averaged,
+                        staleness=float(staleness),
                         discarded=not used, fields={"dropped": not used, "version": version})
 
     def finish(self, ctx, model):

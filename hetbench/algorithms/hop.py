@@ -185,6 +185,11 @@ class Hop(Algorithm):
         self._done: set[int] = set()
         self._finished = False
         self._error: BaseException | None = None
+        # The condition the main thread waits on, and the sender of the message that made it
+        # true: the receiver checks it after every message, so the attribution of each wait
+        # is exact (who waited for whom), not guessed from who happened to arrive last.
+        self._awaited = None
+        self._ended_by: int | None = None
         self._sends: list = []
         self._receiver = threading.Thread(target=self._receive, name="hop-receiver", daemon=True)
         self._receiver.start()
@@ -204,6 +209,8 @@ class Hop(Algorithm):
                         self._entered[src] = max(self._entered[src], entered)
                         if not self._finished:  # after finish() nobody reads the queues
                             self._queues[src].append(Entry(lo, hi, message[HEADER:]))
+                    if self._awaited is not None and self._awaited():
+                        self._awaited, self._ended_by = None, src
                     self._cond.notify_all()
         except BaseException as exc:  # handed to the main thread, which raises it
             with self._cond:
@@ -221,19 +228,29 @@ class Hop(Algorithm):
         self._sends += [(self._comm.isend_on(self._channel, message, dst=j, tag=TAG), message)
                         for j in self.neighbours]
 
-    def _wait(self, ready, what: str) -> float:
-        """Block (holding the condition's lock on return) until ready(); returns seconds."""
+    def _wait(self, ready, what: str, waited_on: dict[int, float]) -> float:
+        """Block (holding the condition's lock on return) until ready(); returns seconds, and
+        adds them to `waited_on` under the neighbour whose message made ready() true."""
+        if ready():
+            return 0.0
         start = time.perf_counter()
         deadline = start + self._timeout_s
-        while not ready():
-            if self._error is not None:
-                raise RuntimeError(f"hop receiver failed: {self._error!r}") from self._error
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                raise TimeoutError(f"hop: waited {self._timeout_s:.0f} s for {what} at "
-                                   f"iteration {self.iteration}")
-            self._cond.wait(left)
-        return time.perf_counter() - start
+        self._awaited, self._ended_by = ready, None
+        try:
+            while self._awaited is not None:
+                if self._error is not None:
+                    raise RuntimeError(f"hop receiver failed: {self._error!r}") from self._error
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    raise TimeoutError(f"hop: waited {self._timeout_s:.0f} s for {what} at "
+                                       f"iteration {self.iteration}")
+                self._cond.wait(left)
+        finally:
+            self._awaited = None
+        seconds = time.perf_counter() - start
+        on = self._ended_by
+        waited_on[on] = waited_on.get(on, 0.0) + seconds
+        return seconds
 
     def _usable(self, j: int, k: int) -> Entry | None:
         return newest_usable(self._queues[j], k, self.config.staleness)
@@ -254,10 +271,12 @@ class Hop(Algorithm):
         k = self.iteration
         own = flat_params(model)
         self._send(UPDATE, k, k, k, own)
+        waited_on: dict[int, float] = {}
         with self._cond:
             target = self._skip_target(k) if self.config.skip else None
             if target is None:
-                wait_s = self._wait(lambda: self._updates_ready(k), "neighbour updates")
+                wait_s = self._wait(lambda: self._updates_ready(k), "neighbour updates",
+                                    waited_on)
                 used = {j: (min(e.hi, k), e.model) for j in self.neighbours
                         if (e := self._usable(j, k)) is not None}
             else:
@@ -280,13 +299,13 @@ class Hop(Algorithm):
             fields.update(skipped=target - k - 1, skip_to=target, skip_ns=time.time_ns())
             self._send(SKIP, k + 1, target - 1, target, flat_params(model))
         with self._cond:
-            wait_s += self._wait(lambda: self._tokens_ready(following), "tokens")
+            wait_s += self._wait(lambda: self._tokens_ready(following), "tokens", waited_on)
         self.iteration = following
         # Staleness: how many iterations each neighbour's update was from k (behind it, or
         # ahead of it when this worker skips to its neighbours' models).
         staleness = sum(abs(k - it) for it, _ in used.values()) / len(used) if used else None
         return StepInfo(wait_s=wait_s, next_iteration=following, peers=len(used),
-                        staleness=staleness, fields=fields)
+                        staleness=staleness, waited_on=waited_on, fields=fields)
 
     def finish(self, ctx, model):
         with self._cond:

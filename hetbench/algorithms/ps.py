@@ -61,7 +61,10 @@ class _ParameterServer(Algorithm):
         # Updates applied before this gradient that this worker had not pulled: 0 in sync mode.
         staleness = version - 1 - self._pulled_version
         self._pulled_version = version
-        return StepInfo(peers=ctx.workers - 1, staleness=float(staleness))
+        # wait_s 0, not Comm's blocked seconds: the round trip is mostly the server's queue,
+        # update and transfers; the reports infer the wait for the other workers from their
+        # arrivals (ps-sync) or pin the exchange on the server (ps-async).
+        return StepInfo(wait_s=0.0, peers=ctx.workers - 1, staleness=float(staleness))
 
     def _reply_with(self, model, version: int) -> torch.Tensor:
         """The server's parameters and update count, as workers receive them."""

@@ -150,9 +150,15 @@ class SGP(Algorithm):
         set_flat_params(model, self.x / self.w)
         self.k += 1
         staleness = sum(k - m.k for m in mixed) / len(mixed) if mixed else None
-        return StepInfo(wait_s=wait_s, peers=len(mixed), staleness=staleness,
-                        fields={"ps_weight": self.w, "to": list(send_to),
-                                "from": [m.src for m in mixed]})
+        fields = {"ps_weight": self.w, "to": list(send_to), "from": [m.src for m in mixed]}
+        if self.max_delay > 0:
+            # What the wait was for: the messages of iteration k - max_delay, sent by that
+            # iteration's in-peers at their own step k - max_delay (who waited for whom);
+            # none before iteration max_delay.
+            due = k - self.max_delay
+            fields.update(awaited=list(self.exchange.at(ctx.rank, due)[1]) if due >= 0 else [],
+                          awaited_iteration=due)
+        return StepInfo(wait_s=wait_s, peers=len(mixed), staleness=staleness, fields=fields)
 
     def _mix_in(self, due: int) -> list[_Incoming]:
         """Wait for every message (and own send) of iterations <= `due`, then add every

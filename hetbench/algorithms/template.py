@@ -13,10 +13,13 @@ so the whole Algorithm contract is visible in one screen:
 4. `step` is called after forward/backward with gradients in p.grad: apply the local update and
    synchronize through ctx.comm (never torch.distributed directly; comm.py's docstring says
    which primitive serves which pattern: groups formed on the fly use p_reduce_). Return a
-   StepInfo: time you spent blocked on peers (wait_s), how many peers' models went into this
-   step's update (peers; 0 for a local step) and how stale they were (staleness, in
-   iterations): reports show them as synchronization health beside throughput. Add any fields
-   for the event log.
+   StepInfo: how many peers' models went into this step's update (peers; 0 for a local step)
+   and how stale they were (staleness, in iterations): reports show them as synchronization
+   health beside throughput. Add any fields for the event log. No timing code: the harness
+   records whom the step's Comm operations met and how long its point-to-point ones blocked
+   (its wait_s), and the reports infer a collective's wait from every member's arrival. Set
+   wait_s yourself only for waits Comm cannot see (a condition a receiving thread fills), and
+   `waited_on` ({rank: seconds}) when your step knows whose message ended each wait.
 5. `intended_sync_share` says how often the protocol means to average (here 1 step in
    `period`); a report flags a run that averages markedly less than that. Without it the
    harness assumes every iteration.

@@ -32,6 +32,7 @@ import datetime
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -43,6 +44,18 @@ ReduceOp = dist.ReduceOp
 WORLD = "world"  # the stream name of messages on the world group (network/shared.py)
 #: Store keys of the backend vote (choose_backend).
 _SHARED_GPU_KEY, _VOTES_KEY = "hetbench/comm/shared-gpu", "hetbench/comm/backend-votes"
+
+
+@dataclass
+class StepRecord:
+    """What one step's Comm operations did (Comm.record_step / recorded_step)."""
+
+    #: The ranks they involved (this rank's own included when a collective spanned it).
+    met: set[int] = field(default_factory=set)
+    #: Seconds blocked on point-to-point operations: send, recv, and the wait() of isend and
+    #: irecv. Collectives are not in it: their wait is the last member's arrival minus this
+    #: rank's, which the reports infer from every rank's log, and the rest is transfer.
+    blocked_s: float = 0.0
 
 
 class CommMisuse(RuntimeError):
@@ -73,10 +86,12 @@ class Comm:
         #: Point to point through host memory: gloo has no CUDA path for it. A test may set it
         #: on a CPU world to run the staging code, which then copies CPU tensors.
         self.stages_through_host = backend == "gloo" and device.type == "cuda"
-        # The ranks one thread's operations met (record_peers): the harness notes whom each
-        # step synchronized with, whatever the algorithm says, for "who waited for whom".
+        # What one thread's operations did during a step (record_step): the ranks they met
+        # and the seconds they blocked on point-to-point messages. The harness logs them for
+        # every step, whatever the algorithm says, for "who waited for whom".
         self._recording_thread: int | None = None
         self._met: set[int] = set()
+        self._blocked_s = 0.0
 
     @classmethod
     def connect(cls, rank: int, world_size: int, host: str | None, port: int | None,
@@ -102,21 +117,29 @@ class Comm:
         return {"backend": self.backend, "device": str(self.device),
                 "host_staged_p2p": self.stages_through_host}
 
-    # -- whom a step met ----------------------------------------------------------------------
-    def record_peers(self) -> None:
-        """Start noting the ranks that this thread's operations involve (the harness calls it
-        around each step; a serving thread's operations are not the step's)."""
-        self._recording_thread, self._met = threading.get_ident(), set()
+    # -- what a step did ---------------------------------------------------------------------
+    def record_step(self) -> None:
+        """Start noting what this thread's operations do: the ranks they involve and the
+        seconds they block on point-to-point messages (the harness calls it around each step;
+        a serving thread's operations are not the step's)."""
+        self._recording_thread, self._met, self._blocked_s = threading.get_ident(), set(), 0.0
 
-    def recorded_peers(self) -> set[int]:
-        """The ranks met since record_peers() (this rank's own included when a collective
-        spanned it), and stop noting."""
-        met, self._met, self._recording_thread = self._met, set(), None
-        return met
+    def recorded_step(self) -> StepRecord:
+        """What this thread's operations did since record_step(), and stop noting."""
+        record = StepRecord(self._met, self._blocked_s)
+        self._met, self._blocked_s, self._recording_thread = set(), 0.0, None
+        return record
 
     def _meet(self, ranks) -> None:
         if self._recording_thread == threading.get_ident():
             self._met.update(ranks)
+
+    def _blocked(self, since: float) -> None:
+        """A point-to-point operation of this thread blocked from `since` (perf_counter) until
+        now: the step's waiting for its peers' messages (and their transfer, which a rank
+        alone cannot tell apart: the reports split them with the peers' arrivals)."""
+        if self._recording_thread == threading.get_ident():
+            self._blocked_s += time.perf_counter() - since
 
     def end_setup(self) -> None:
         """Training starts: from now on a subset of ranks without a group is formed on the fly,
@@ -224,14 +247,16 @@ class Comm:
     def send_on(self, group, tensor: torch.Tensor, dst: int, tag: int = 0) -> None:
         """Send on a channel (None: the world group); `dst` is a global rank."""
         self._meet((dst,))
+        since = time.perf_counter()
         if self.stages_through_host:
             tensor = _host_copy(tensor)
         if self.network is None:
             dist.send(tensor, dst=dst, group=group, tag=tag)
-            return
-        posted, out = self.network.send_begin(dst, _nbytes(tensor), self._stream(group, tag))
-        dist.send(tensor, dst=dst, group=group, tag=tag)
-        self.network.send_end(posted, out)
+        else:
+            posted, out = self.network.send_begin(dst, _nbytes(tensor), self._stream(group, tag))
+            dist.send(tensor, dst=dst, group=group, tag=tag)
+            self.network.send_end(posted, out)
+        self._blocked(since)
 
     def recv_on(self, group, tensor: torch.Tensor, src: int | None = None, tag: int = 0) -> int:
         """Receive on a channel; `src` and the returned sender are global ranks."""
@@ -244,6 +269,7 @@ class Comm:
                              "algorithm needs gloo: run it with device = \"cpu\", or with its "
                              "ranks sharing a GPU (gloo on CUDA tensors)")
         posted_under = self.network
+        started = time.perf_counter()
         since = float("-inf") if posted_under is None else posted_under.clock()
         if self.stages_through_host:
             host = torch.empty(tensor.shape, dtype=tensor.dtype)
@@ -253,13 +279,16 @@ class Comm:
             sender = dist.recv(tensor, src=src, group=group, tag=tag)
         self._meet((sender,))
         network = self.network
-        if network is None:
-            return sender
-        key = self._stream(group, tag)
-        network.recv_end(sender, key, network.recv_ticket(sender, key), since)
+        if network is not None:
+            key = self._stream(group, tag)
+            network.recv_end(sender, key, network.recv_ticket(sender, key), since)
+        self._blocked(started)
         return sender
 
     def isend_on(self, group, tensor: torch.Tensor, dst: int, tag: int = 0) -> dist.Work:
+        return _Timed(self._isend_on(group, tensor, dst, tag), self._blocked)
+
+    def _isend_on(self, group, tensor: torch.Tensor, dst: int, tag: int):
         self._meet((dst,))
         if self.stages_through_host:
             # What is sent is this copy (the Work keeps it alive until sent): the caller's
@@ -274,6 +303,9 @@ class Comm:
 
     def irecv_on(self, group, tensor: torch.Tensor, src: int | None = None,
                  tag: int = 0) -> dist.Work:
+        return _Timed(self._irecv_on(group, tensor, src, tag), self._blocked)
+
+    def _irecv_on(self, group, tensor: torch.Tensor, src: int | None, tag: int):
         if self.network is None:
             return self._irecv(group, tensor, src, tag)
         if src is None:  # refused before anything is posted
@@ -431,3 +463,20 @@ class _Modeled(_ThenOnce):
         modeled one."""
         return self._work.is_completed() and (
             self._then is None or time.monotonic() >= self._due())
+
+
+class _Timed:
+    """A Work whose wait() reports how long it blocked (Comm._blocked: the step's waiting on
+    point-to-point messages, when the step's own thread waits)."""
+
+    def __init__(self, work, blocked):
+        self._work, self._report = work, blocked
+
+    def wait(self, timeout=None) -> bool:
+        since = time.perf_counter()
+        done = self._work.wait() if timeout is None else self._work.wait(timeout)
+        self._report(since)
+        return done
+
+    def is_completed(self) -> bool:
+        return self._work.is_completed()

@@ -31,7 +31,11 @@ class StepInfo:
     """What happened in one step, for the event log."""
 
     #: Seconds of the step spent blocked on peers (the rest of the step counts as communication).
-    wait_s: float = 0.0
+    #: None: the seconds the step's point-to-point Comm operations blocked (send, recv, and
+    #: the wait() of isend and irecv), which the harness records itself; a collective's wait
+    #: is inferred by the reports from every member's arrival. Set it only for waits Comm
+    #: does not see (a condition variable filled by a receiving thread, say).
+    wait_s: float | None = None
     #: The worker's next iteration number when the algorithm jumps ahead (Hop's skipping).
     next_iteration: int | None = None
     #: Other workers whose models or gradients this step mixed into this worker's model (0: a
@@ -44,6 +48,11 @@ class StepInfo:
     #: inferred from their arrivals where the step logged no wait_s: for protocols whose
     #: peers meet at the same iteration (gossip, pairs, groups).
     peer_ranks: list[int] | None = None
+    #: Seconds of wait_s by the rank whose message ended them, where the step knows (Hop's
+    #: receiver notes the neighbour whose update or token made its condition true): "who
+    #: waited for whom" then attributes exactly these (event field `waited_on`). None: the
+    #: reports infer it from the ranks met and their arrivals.
+    waited_on: dict[int, float] | None = None
     #: Mean age of what was mixed in, in iterations: how far the peers' models were from this
     #: worker's iteration (0 when everyone is at the same one). ps-async counts server updates.
     staleness: float | None = None

@@ -59,13 +59,13 @@ def step_event(run_id: str, rank: int, iteration: int, t_start_ns: int, t_end_ns
                samples: int, *, loss: float = float("nan"), snapshot_s: float = 0.0,
                measured: dict[str, Any] | None = None, peers: int | None = None,
                staleness: float | None = None, peer_ranks: list[int] | None = None,
-               discarded: bool = False, fields: dict[str, Any] | None = None
-               ) -> dict[str, Any]:
+               discarded: bool = False, waited_on: dict[int, float] | None = None,
+               fields: dict[str, Any] | None = None) -> dict[str, Any]:
     """One step of one worker as its event line says it, for real runs (the worker loop) and
     simulated ones (the simulator) alike: the step's times, samples (0 when the protocol
     threw its gradient away: samples_discarded says how many), its synchronization (peers,
-    staleness, peer_ranks), what only a real host measures (`measured`: process_cpu_s), and
-    the algorithm's own fields last."""
+    staleness, peer_ranks; waited_on: whose message ended its waits), what only a real host
+    measures (`measured`: process_cpu_s), and the algorithm's own fields last."""
     event = {"schema_version": SCHEMA_VERSION, "run_id": run_id, "rank": rank,
              "iteration": iteration, "t_start": t_start_ns, "t_end": t_end_ns,
              "compute_s": compute_s, "slowdown_s": slowdown_s, "comm_s": comm_s,
@@ -79,6 +79,8 @@ def step_event(run_id: str, rank: int, iteration: int, t_start_ns: int, t_end_ns
             event["staleness"] = float(staleness)
     if peer_ranks is not None:
         event["peer_ranks"] = peer_ranks
+    if waited_on:
+        event["waited_on"] = {str(r): s for r, s in waited_on.items()}
     if discarded:
         event["samples_discarded"] = samples
     if fields:

@@ -276,13 +276,16 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
                 fault.maybe_fire(rank, iteration)
             # Communication that started inside backward counts from end_compute on.
             t_sync = cluster_ns(end_compute.t_end_ns)
-            comm.record_peers()
+            comm.record_step()
             info = algorithm.step(ctx, model, optimizer)
-            met = comm.recorded_peers()
+            did = comm.recorded_step()
             end_compute.synchronize()  # the step's own device work (its update) is the step's
             t_end = cluster_ns(time.time_ns())
             step_s = (t_end - t_sync) / 1e9
-            wait_s = min(info.wait_s / dilation, step_s)
+            # The algorithm's own measure of its waiting, else the seconds its point-to-point
+            # operations blocked (Comm's record; collectives' waits are inferred in reports).
+            waited_s = did.blocked_s if info.wait_s is None else info.wait_s
+            wait_s = min(waited_s / dilation, step_s)
             cpu_now_s = time.process_time()
             process_cpu_s, cpu_mark_s = cpu_now_s - cpu_mark_s, cpu_now_s
             log.append(step_event(
@@ -291,8 +294,10 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
                 loss=loss_value, snapshot_s=snapshot_s,
                 measured={"process_cpu_s": process_cpu_s}, peers=info.peers,
                 staleness=info.staleness,
-                peer_ranks=peer_ranks_of(info, met, rank, config.workers),
-                discarded=info.discarded, fields=cluster_fields(info.fields, dilation)))
+                peer_ranks=peer_ranks_of(info, did.met, rank, config.workers),
+                discarded=info.discarded,
+                waited_on=info.waited_on and {r: s / dilation for r, s in info.waited_on.items()},
+                fields=cluster_fields(info.fields, dilation)))
             iteration = info.next_iteration if info.next_iteration is not None else iteration + 1
             if history is not None:  # after the event; its time goes in the next one's
                 kept_s = history.add((t_end - t0_ns) / 1e9, iteration, model) / dilation

@@ -434,8 +434,11 @@ WAITS_TEXT = (
     "worker, waited-on) pair. Rules: {rules}.")
 RULE_NAMES = {"all": "all-worker collectives (allreduce, ps-sync, local-sgd, diloco)",
               "group": "groups (prague)", "neighbours": "graph neighbours (dpsgd)",
-              "from": "the ranks each step met (sgp, time-varying dpsgd, plugins' peer_ranks)",
-              "peer": "one peer (adpsgd)"}
+              "from": "the ranks each step met (sgp, osgp, time-varying dpsgd, plugins' "
+                      "peer_ranks)",
+              "peer": "one peer (adpsgd)", "quorum": "the first n - b (allreduce-backup)",
+              "server": "the server (ps-async)",
+              "named": "the rank that ended each wait (hop, plugins' waited_on)"}
 WAITS_DETAIL_TEXT = (
     "Per worker: seconds waited, on whom (`unattributed_s`: waiting the rule cannot pin on a "
     "worker, e.g. transfer after everyone had arrived); the heatmap has a row per waiting worker "

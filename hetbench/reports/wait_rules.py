@@ -90,13 +90,15 @@ def neighbours(events: dict[int, list[dict]], graph):
 
 
 def met_ranks(events: dict[int, list[dict]]):
-    """Each step's waiting, on the latest arrival at its iteration among the ranks it met."""
+    """Each step's waiting, on the latest arrival at its iteration among the ranks it met (or,
+    where the step says it waited for messages of an earlier iteration, `awaited` at
+    `awaited_iteration`: osgp's messages up to max_delay old, on the senders' arrivals there)."""
     arrivals = {rank: {e["iteration"]: arrival(e) for e in rank_events}
                 for rank, rank_events in events.items()}
     for rank, rank_events in events.items():
         for e in rank_events:
-            met = e.get("peer_ranks", e.get("from")) or []
-            k, own = e["iteration"], arrival(e)
+            met = e.get("awaited", e.get("peer_ranks", e.get("from"))) or []
+            k, own = e.get("awaited_iteration", e["iteration"]), arrival(e)
             theirs = {j: arrivals.get(j, {}).get(k) for j in met if j != rank}
             logged = e.get("wait_s", 0.0)
             if not theirs:
@@ -109,9 +111,9 @@ def met_ranks(events: dict[int, list[dict]]):
             on_last = min(max(0.0, (theirs[last] - own) / 1e9),
                           logged if logged > EPS else step_seconds(e))
             if on_last > EPS:
-                yield rank, k, last, on_last
+                yield rank, e["iteration"], last, on_last
             if logged - on_last > EPS:
-                yield rank, k, UNATTRIBUTED, logged - on_last
+                yield rank, e["iteration"], UNATTRIBUTED, logged - on_last
 
 
 def one_peer(events: dict[int, list[dict]]):
@@ -120,6 +122,52 @@ def one_peer(events: dict[int, list[dict]]):
             waited = e.get("wait_s", 0.0)
             if waited > EPS:
                 yield rank, e["iteration"], int(e["peer"]) if "peer" in e else UNATTRIBUTED, waited
+
+
+def quorum(events: dict[int, list[dict]]):
+    """allreduce-backup: the steps whose gradients made update `version` (the first n - b to
+    reach the aggregator, in arrival order) wait for the last of them, which closed it."""
+    closed: dict[int, list[tuple[int, dict]]] = defaultdict(list)
+    for rank, rank_events in events.items():
+        for e in rank_events:
+            if not e.get("dropped", False) and "version" in e:
+                closed[e["version"]].append((rank, e))
+    for met in closed.values():
+        if len(met) < 2:
+            continue
+        last, last_event = max(met, key=lambda m: arrival(m[1]))
+        latest = arrival(last_event)
+        for rank, e in met:
+            if rank != last:
+                waited = min((latest - arrival(e)) / 1e9, step_seconds(e))
+                if waited > EPS:
+                    yield rank, e["iteration"], last, waited
+
+
+def to_server(events: dict[int, list[dict]], server: int):
+    """ps-async: a worker's whole exchange (its gradient out, the server's queue and update,
+    the parameters back) waits on the server rank alone."""
+    for rank, rank_events in events.items():
+        for e in rank_events:
+            waited = step_seconds(e)
+            if waited > EPS:
+                yield rank, e["iteration"], server, waited
+
+
+def named(events: dict[int, list[dict]]):
+    """A step that names whom each of its waits ended on (event field `waited_on`: rank ->
+    seconds; hop's receiver sees which neighbour's message made a wait's condition true):
+    those seconds on those ranks, the rest of its logged wait unattributed."""
+    for rank, rank_events in events.items():
+        for e in rank_events:
+            logged, named_s = e.get("wait_s", 0.0), 0.0
+            for on, seconds in (e.get("waited_on") or {}).items():
+                seconds = min(float(seconds), logged - named_s)
+                if seconds > EPS:
+                    named_s += seconds
+                    yield rank, e["iteration"], int(on), seconds
+            if logged - named_s > EPS:
+                yield rank, e["iteration"], UNATTRIBUTED, logged - named_s
 
 
 def gossip_graph_of(config: dict[str, Any]):

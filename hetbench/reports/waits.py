@@ -7,10 +7,12 @@ t_start + compute_s + slowdown_s (the harness stamps t_sync there and logs the t
 it, so this is exact to the nanosecond, on one clock: multi-node runs need synchronized clocks).
 The rule per kind of synchronization (RULES, quoted in the report):
 
-- all workers (allreduce with impl=buckets, ps-sync): a step of iteration k meets every worker's
-  step k. Every worker waits for the last arrival; its waiting is last arrival - own arrival
-  (capped at its step's length), attributed to that last worker. allreduce logs no wait_s (the
-  wait is inside comm_s), so here the waiting is inferred from the arrivals.
+- all workers (allreduce, every impl; ps-sync; local-sgd and diloco at their averaging
+  steps, their local steps waiting for nobody): a step of iteration k meets every worker's step
+  k. Every worker waits for the last arrival; its waiting is last arrival - own arrival (capped
+  at its step's length), attributed to that last worker. allreduce logs no wait_s (the wait is
+  inside comm_s, or inside backward for ddp/horovod, whose compute ends at the last bucket's
+  hook), so here the waiting is inferred from the arrivals.
 - groups (prague-*): the members of one P-Reduce (same group_id, or same schedule step and
   members) wait for the member that entered it last. Each member's logged wait_s is exactly
   the last member's entry stamp minus its own (PragueBase.p_reduce), so the last member is the
@@ -22,16 +24,22 @@ The rule per kind of synchronization (RULES, quoted in the report):
   harness recorded them, or what StepInfo.peer_ranks said; else its `from`): sgp, dpsgd on a
   time-varying graph, any algorithm or plugin whose steps meet a subset of the workers. Like
   neighbours, with the step's own list of peers; where the step logged no wait_s, its waiting
-  is inferred from the arrivals as for all workers.
+  is inferred from the arrivals as for all workers. osgp names the senders it waited for and
+  their iteration (`awaited`, `awaited_iteration`: messages over max_delay old).
 - one peer (adpsgd): an active worker's wait_s is the round trip of its averaging request, ended
   by the reply of the passive peer it asked (event field `peer`): attributed to that peer. A
   passive worker waits only for its own serving thread's lock: unattributed.
+- quorum (allreduce-backup): the n - b steps whose gradients made one update (same `version`,
+  not dropped) wait for the last of them to arrive, which closed it; a dropped step waited for
+  nobody (the aggregator answers it at once).
+- server (ps-async): a worker's exchange waits on the server alone (its queue of other
+  workers' gradients, its update, the reply), attributed to the server rank.
+- named (hop, and any step that logs `waited_on`): the step names the rank whose message ended
+  each wait (hop's receiver thread checks the waiting condition after every message and notes
+  the sender that made it true: an update of a neighbour, or its token of the iteration gap).
 
-local-sgd and diloco meet all workers at their averaging steps (rule "all"; their local steps,
-peers = 0, wait for nobody). Not attributed (NOT_ATTRIBUTED says why): hop, ps-async, osgp,
-allreduce-backup, allreduce with impl=ddp/horovod, and any algorithm whose log does not say whom
-it met. Waiting that a rule cannot pin on a worker is
-counted as UNATTRIBUTED, never guessed.
+Waiting that a rule cannot pin on a worker is counted as UNATTRIBUTED, never guessed; an
+algorithm whose log says none of the above is not attributed, and the report says why.
 """
 
 from __future__ import annotations
@@ -50,8 +58,11 @@ from hetbench.reports.wait_rules import (
     gossip_graph_of,
     groups,
     met_ranks,
+    named,
     neighbours,
     one_peer,
+    quorum,
+    to_server,
 )
 
 NAN = float("nan")
@@ -71,20 +82,14 @@ RULES = {
     "peer": "an active worker's logged wait is attributed to the passive peer it asked (whose "
             "reply ended it); a passive worker's wait for its own serving thread is "
             "unattributed",
-}
-
-NOT_ATTRIBUTED = {
-    "hop": "its wait_s adds the wait for neighbour updates (with backup workers and bounded "
-           "staleness any subset may end it) and the wait for tokens of the iteration gap, and "
-           "the log does not split them",
-    "ps-async": "a worker waits only for the server's reply to its own gradient, never for "
-                "another worker",
-    "osgp": "it mixes messages up to max_delay iterations old, and the log does not say each "
-            "one's iteration",
-    "allreduce-backup": "a step ends with the first workers' gradients and drops the rest; the "
-                        "log does not say whose gradients were used",
-    "ddp": "allreduce with impl=ddp/horovod overlaps the all-reduce with backward; the wait "
-           "is in comm_s, but who arrived last is not logged",
+    "quorum": "the workers whose gradients made one update (allreduce-backup's first n - b) "
+              "wait for the last of them to arrive, which closed it; a dropped gradient's "
+              "worker waited for nobody",
+    "server": "a worker's whole exchange with the server (its gradient out, the server's "
+              "queue and update, the parameters back) is attributed to the server rank",
+    "named": "each wait is attributed to the rank its step names (event field waited_on): "
+             "hop's receiver notes the neighbour whose update or token made the condition "
+             "the worker waited on true",
 }
 
 
@@ -108,6 +113,11 @@ class RunWaits:
     @property
     def attributed(self) -> bool:
         return self.rule is not None
+
+    def label(self, rank: int, slowed: set[int]) -> str:
+        """A rank as the tables name it: * for a slowed worker, (server) past the workers."""
+        server = " (server)" if rank >= self.workers else ""
+        return f"{rank}{' *' if rank in slowed else ''}{server}"
 
     def slowed(self) -> set[int]:
         """Workers whose injected slowdown stands out: more than twice the median of the other
@@ -133,7 +143,8 @@ class RunWaits:
         pivot = self.table.pivot_table(index="worker", columns="waited_on", values="wait_s",
                                        aggfunc="sum", fill_value=0.0)
         ranks = range(self.workers)
-        columns = [*ranks, *([UNATTRIBUTED] if UNATTRIBUTED in pivot.columns else [])]
+        servers = sorted(r for r in pivot.columns if r >= self.workers)  # ps-async's server
+        columns = [*ranks, *servers, *([UNATTRIBUTED] if UNATTRIBUTED in pivot.columns else [])]
         return pivot.reindex(index=ranks, columns=columns, fill_value=0.0)
 
     def per_worker(self) -> pd.DataFrame:
@@ -152,8 +163,7 @@ class RunWaits:
                 "worker": f"{worker}{' *' if worker in slowed else ''}",
                 "injected_slowdown_s": self.slowdown_s.get(worker, 0.0),
                 "waited_s": total,
-                "most_waited_on": "" if top is None else
-                                  f"{top}{' *' if top in slowed else ''}",
+                "most_waited_on": "" if top is None else self.label(top, slowed),
                 "share_on_it": float(on.iloc[0]) / total if top is not None and total else NAN,
                 "unattributed_s": float(waited.get(UNATTRIBUTED, 0.0)),
                 "waited_on": ", ".join(f"{int(r)}: {s:.3g} s" for r, s in on.items()),
@@ -161,16 +171,18 @@ class RunWaits:
         return pd.DataFrame(rows)
 
 
-def _rule_of(config: dict[str, Any], events: dict[int, list[dict]]) -> tuple[str | None, str]:
+def _rule_of(config: dict[str, Any], events: dict[int, list[dict]],
+             simulated: bool) -> tuple[str | None, str]:
     """(rule, "") for a run whose log supports one, else (None, why not)."""
     algorithm = config.get("algorithm", "")
-    if algorithm == "allreduce":
-        impl = (config.get("algorithm_options") or {}).get("impl", "buckets")
-        return ("all", "") if impl == "buckets" else (None, NOT_ATTRIBUTED["ddp"])
-    if algorithm in ("ps-sync", "local-sgd", "diloco"):
+    if algorithm in ("allreduce", "ps-sync", "local-sgd", "diloco"):
         return "all", ""
-    if algorithm == "sgp":
+    if algorithm in ("sgp", "osgp"):
         return "from", ""
+    if algorithm == "allreduce-backup":
+        return "quorum", ""
+    if algorithm == "ps-async":
+        return "server", ""
     if algorithm == "dpsgd":
         topology = (config.get("algorithm_options") or {}).get("topology", "ring")
         from hetbench.algorithms.topologies import TIME_VARYING
@@ -178,8 +190,12 @@ def _rule_of(config: dict[str, Any], events: dict[int, list[dict]]) -> tuple[str
         return ("from", "") if topology in TIME_VARYING else ("neighbours", "")
     if algorithm == "adpsgd":
         return "peer", ""
-    if algorithm in NOT_ATTRIBUTED:
-        return None, NOT_ATTRIBUTED[algorithm]
+    if algorithm == "hop" and simulated:
+        return None, ("its log does not name whose message ended each wait (waited_on: real "
+                      "runs log it, the simulator does not)")
+    if algorithm == "hop" or any("waited_on" in e for rank_events in events.values()
+                                 for e in rank_events):
+        return "named", ""  # hop, and any plugin that names whom each wait ended on
     if any("group" in e for rank_events in events.values() for e in rank_events[:1]):
         return "group", ""  # prague-* and any plugin that logs its P-Reduce members
     if any("peer_ranks" in e for rank_events in events.values() for e in rank_events):
@@ -203,7 +219,11 @@ def run_waits(run_dir: str | Path, events: dict[int, list[dict]] | None = None) 
     config = read_json(run_dir / "config.json")
     events = load_rank_events(run_dir) if events is None else events
     workers = int(config.get("workers", len(events)))
-    rule, reason = _rule_of(config, events)
+    try:
+        simulated = bool(read_json(run_dir / "summary.json").get("simulated"))
+    except (OSError, ValueError):  # no summary yet (a run in progress), or unreadable
+        simulated = (run_dir / "workers.json").exists()
+    rule, reason = _rule_of(config, events, simulated)
     if not events and (run_dir / "workers.json").exists():
         rule, reason = None, ("simulated with one record per worker, no event lines "
                               "(`bench sim --events full` writes them)")
@@ -225,6 +245,12 @@ def run_waits(run_dir: str | Path, events: dict[int, list[dict]] | None = None) 
         found = neighbours(events, graph)
     elif rule == "from":
         found = met_ranks(events)
+    elif rule == "quorum":
+        found = quorum(events)
+    elif rule == "server":
+        found = to_server(events, server=workers)
+    elif rule == "named":
+        found = named(events)
     else:
         found = one_peer(events)
     rows = []
@@ -246,7 +272,7 @@ def with_inferred_waits(events: dict[int, list[dict]], waits: RunWaits
     wait_s is 0; and "from" for a step that logged no wait_s), the inferred seconds move from
     comm_s to wait_s and the step's line says `wait_inferred`. Timelines and traces draw these,
     so a straggler shows as waiting, not as a slow network. Other steps are returned as they are."""
-    if waits.rule not in ("all", "from") or not waits.per_step:
+    if waits.rule not in ("all", "from", "quorum") or not waits.per_step:
         return events
     drawn = {}
     for rank, rank_events in events.items():
@@ -296,7 +322,7 @@ def waits_summary(all_waits: list[RunWaits]) -> pd.DataFrame:
             top = int(on.index[0]) if len(on) else None
             row.update({
                 "waited_s": total,
-                "most_waited_on": "" if top is None else f"{top}{' *' if top in slowed else ''}",
+                "most_waited_on": "" if top is None else w.label(top, slowed),
                 "share_on_it": float(on.iloc[0]) / total if top is not None and total else NAN,
                 "unattributed_s": total - float(on.sum()),
                 "slowed": ", ".join(map(str, sorted(slowed))),
@@ -316,7 +342,8 @@ def waits_heatmap(waits: RunWaits, path: Path) -> Path:
     matrix = waits.matrix()
     slowed = waits.slowed()
     labels = [f"{r} *" if r in slowed else str(r) for r in range(waits.workers)]
-    columns = [*labels, *(["?"] if UNATTRIBUTED in matrix.columns else [])]
+    servers = [f"{r} (server)" for r in matrix.columns if r >= waits.workers]
+    columns = [*labels, *servers, *(["?"] if UNATTRIBUTED in matrix.columns else [])]
     size = 2.2 + 0.35 * len(columns)
     fig = new_figure(size + 1.2, 1.6 + 0.35 * waits.workers)
     ax = fig.subplots()

@@ -125,27 +125,42 @@ def test_ranks_sharing_a_gpu_all_choose_gloo_and_ranks_with_their_own_choose_ncc
     assert _vote([0, 1], gpus=1, monkeypatch=monkeypatch) == ["gloo", "gloo"]
 
 
-def _record_whom_a_step_met(comm):
+def _record_a_step(comm):
     import threading
+    import time
 
     comm.end_setup()
-    comm.record_peers()
+    comm.record_step()
     t = torch.ones(2)
     if comm.rank in (0, 1):
         comm.p_reduce_(t, [0, 1])
     if comm.rank == 2:
+        time.sleep(1.0)  # rank 0's receive blocks on this late sender
         comm.send(t, dst=0, tag=9)
+        comm.irecv(t, src=1, tag=8).wait()
     if comm.rank == 0:
         comm.recv(t, tag=9)  # any sender: the one that sent is what it met
+    if comm.rank == 1:
+        time.sleep(1.3)  # after rank 2 waits on its irecv
+        comm.isend(t, dst=2, tag=8).wait()
     # An operation on another thread (a serving thread) is not the step's.
-    other = threading.Thread(target=lambda: comm._meet((7,)))
+    other = threading.Thread(target=lambda: (comm._meet((7,)), comm._blocked(0.0)))
     other.start()
     other.join()
-    return sorted(comm.recorded_peers())
+    record = comm.recorded_step()
+    return sorted(record.met), record.blocked_s
 
 
-def test_comm_records_the_ranks_a_step_met_on_its_own_thread():
-    assert on_ranks(_record_whom_a_step_met, 3) == [[0, 1, 2], [0, 1], [0]]
+def test_comm_records_what_a_step_met_and_blocked_on_its_own_thread():
+    """The ranks each step's operations involved, and the seconds it blocked on point-to-point
+    messages: rank 0's receive waits for rank 2's send, 1 s late; rank 2's irecv for rank 1's
+    isend, 0.3 s later still; rank 1's isend finds its receiver waiting. A collective (the
+    P-Reduce) is not blocked time: its wait is inferred from the members' arrivals."""
+    (met0, blocked0), (met1, blocked1), (met2, blocked2) = on_ranks(_record_a_step, 3)
+    assert (met0, met1, met2) == ([0, 1, 2], [0, 1, 2], [0, 1])
+    assert 0.6 < blocked0 < 5 and 0.1 < blocked2 < 5
+    assert blocked1 < 0.3
+
 
 
 def test_a_receive_from_any_sender_on_nccl_is_refused_with_what_to_do():
