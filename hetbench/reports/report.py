@@ -25,12 +25,23 @@ from hetbench.reports.tables import (
     to_markdown,
 )
 from hetbench.reports.targets import Target, resolve_targets
+from hetbench.reports.texts import (
+    NO_EVALS,
+    PRAGUE_TEXT,
+    SPEEDUP_TEXT,
+    SYNC_TEXT,
+    THROUGHPUT_TEXT,
+    TIMELINE_TEXT,
+    TTT_TEXT,
+    TUNED_TEXT,
+    WAITS_DETAIL_TEXT,
+    waits_text,
+)
 from hetbench.reports.timeline import choose_run, timeline_plot
 from hetbench.reports.tolerance import tolerance_sections
 from hetbench.reports.trace import write_trace
 from hetbench.reports.tuned import convention, load_tuning, tuned_table
 from hetbench.reports.waits import (
-    RULES,
     RunWaits,
     run_waits,
     waits_heatmap,
@@ -190,25 +201,6 @@ def build_report(results_dir: Path, baseline: str = "allreduce",
                   scan=scan)
 
 
-SYNC_TEXT = (
-    "Synchronization health, mean over seeds: `sync_share` = the share of iterations in which a "
-    "worker averaged with at least one peer (`sync_intended`: what its protocol does without "
-    "stragglers), `mean_group_size` = the worker plus the peers it mixed in, `mean_staleness` = "
-    "how many iterations apart the averaged models were (ps-async: server updates), consensus "
-    "distance = mean squared distance of the workers' models from their average (final, and "
-    "mean over the evaluation snapshots). A cell averaging markedly less than its protocol "
-    "intends is flagged here and at the top of the report: its throughput is not comparable.")
-TUNED_TEXT = (
-    "Each algorithm's best `bench tune` trial in each cell: its time to target (mean over "
-    "seeds; a trial counts only if every seed reached the target), the values it drew, how many "
-    "of its trials reached the target, and its speedup over {baseline}'s best trial.")
-SPEEDUP_TEXT = (
-    "Time-to-target speedup over {baseline} (its mean time / this mean time; > 1 is faster), "
-    "with the range of per-seed speedups (each seed against {baseline}'s run of the same seed) "
-    "in parentheses. Times are found to one worker step for runs given the target, else "
-    "interpolated between evaluations: the `resolution` column below says which.")
-
-
 def write_report(results_dir: Path, baseline: str = "allreduce",
                  targets: dict[str, Target] | None = None,
                  timeline_run: str | None = None,
@@ -295,7 +287,7 @@ def markdown(report: Report, images: list[Path]) -> str:
         parts += ["", f"### slowdown: {slowdown}", "", to_markdown(block)]
     parts += ["", "## Synchronization health", "", SYNC_TEXT, "", to_markdown(report.health())]
     if report.waits:
-        parts += ["", "## Who waited for whom", "", waits_text(report), "",
+        parts += ["", "## Who waited for whom", "", waits_text(report.waits), "",
                   to_markdown(waits_summary(list(report.waits)))]
         detail = report.waits_detail
         if detail is not None:
@@ -378,7 +370,7 @@ def html_page(report: Report, images: list[Path]) -> Page:
     page.table(report.health())
     if report.waits:
         page.heading("Who waited for whom")
-        page.help(waits_text(report))
+        page.help(waits_text(report.waits))
         page.table(waits_summary(list(report.waits)))
         detail = report.waits_detail
         if detail is not None:
@@ -399,60 +391,3 @@ def html_page(report: Report, images: list[Path]) -> Page:
     page.parts.append("<details><summary>Where and how each run was measured</summary>"
                       + Page.table_html(metadata(runs)) + "</details>")
     return page
-
-
-THROUGHPUT_TEXT = (
-    "Throughput is samples/s of all workers in the steady-state window (after warm-up, while "
-    "every worker runs), mean over seeds; `throughput_vs_{baseline}` divides by {baseline} in "
-    "the same workload/workers/slowdown.")
-PRAGUE_TEXT = (
-    "Laid out like the Prague slides: rows workloads, columns algorithms, a block per slowdown. "
-    "Every value is divided by {baseline} with no slowdown in the same workload and worker "
-    "count, so a slowdown block shows what each algorithm loses (where no run without slowdown "
-    "exists, by {baseline} under the same slowdown).")
-TTT_TEXT = (
-    "Wall seconds (and iterations) until the average of the workers' models first meets the "
-    "target, mean over the seeds that reached it. `resolution`: \"1 step (refined)\" for runs "
-    "whose matrix named the target (found after training over every worker's model after each "
-    "step), \"interpolated\" (linearly between the two evaluations around the crossing, "
-    "eval_interval_s apart) otherwise. speedup_vs_{baseline} = {baseline}'s time / this time "
-    "(> 1 is faster); speedup_min/max: the range of per-seed speedups.")
-
-NO_EVALS = ("No ok run has evaluations (failed runs have none; emulated compute measures "
-            "throughput only).")
-TIMELINE_TEXT = (
-    "Timeline of run {run}: each worker's compute, injected slowdown, waiting and communication "
-    "per iteration (`bench report --timeline RUN_ID` draws another run). The whole run is in "
-    "timeline.json beside this report: open it in ui.perfetto.dev or chrome://tracing "
-    "(`bench export trace` writes it for any run).")
-WAITS_TEXT = (
-    "Each worker's waiting over the whole run, attributed to the worker whose arrival ended it "
-    "(arrival = when its gradient or model was ready: the end of its compute and injected "
-    "slowdown). `most_waited_on` is the worker most of it was spent on, `share_on_it` its share "
-    "of the run's waiting; `*` marks a slowed worker (its injected slowdown is over twice the "
-    "median of the other workers' and over 10% of its compute). waits.csv has every (run, "
-    "worker, waited-on) pair. Rules: {rules}.")
-RULE_NAMES = {"all": "all-worker collectives (allreduce, ps-sync, local-sgd, diloco)",
-              "group": "groups (prague)", "neighbours": "graph neighbours (dpsgd)",
-              "from": "the ranks each step met (sgp, osgp, time-varying dpsgd, plugins' "
-                      "peer_ranks)",
-              "peer": "one peer (adpsgd)", "quorum": "the first n - b (allreduce-backup)",
-              "server": "the server (ps-async)",
-              "named": "the rank that ended each wait (hop, plugins' waited_on)"}
-WAITS_DETAIL_TEXT = (
-    "Per worker: seconds waited, on whom (`unattributed_s`: waiting the rule cannot pin on a "
-    "worker, e.g. transfer after everyone had arrived); the heatmap has a row per waiting worker "
-    "and a column per worker waited on.")
-
-
-def waits_text(report: Report) -> str:
-    """WAITS_TEXT with the rules of the runs in this report, and why some are not attributed."""
-    used = {w.rule for w in report.waits if w.rule}
-    rules = "; ".join(f"{RULE_NAMES[r]}: {RULES[r]}" for r in RULES if r in used) or "none apply"
-    text = WAITS_TEXT.format(rules=rules)
-    # One line per reason (several runs of one algorithm share it).
-    skipped = {w.reason: w.algorithm for w in report.waits if not w.rule}
-    if skipped:
-        text += " Not attributed: " + "; ".join(
-            f"{algorithm}: {reason}" for reason, algorithm in skipped.items()) + "."
-    return text
