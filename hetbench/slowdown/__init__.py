@@ -11,14 +11,15 @@ recorded in the run's config so a run can be replayed:
     replay:PATH        a real job's stragglers from a compute table (slowdown/replay.py)
     compose:B(..)+B..  a straggler model from building blocks (slowdown/compose.py)
     preset:NAME        a straggler model from the literature (slowdown/presets.py)
-    net:K@R1,R2        (and netprob, nettrace) slow NICs instead of compute, under a network
-                       model: slowdown/network.py
+    net:K@R1,R2        (and netprob, nettrace, netfailslow) slow NICs instead of compute,
+                       under a network model: slowdown/network.py, slowdown/netfailslow.py
 """
 
 from hetbench.errors import UserError
 from hetbench.slowdown.base import Injector
 from hetbench.slowdown.compose import ComposedSlowdown
 from hetbench.slowdown.deterministic import DeterministicSlowdown
+from hetbench.slowdown.netfailslow import NetFailSlowSlowdown
 from hetbench.slowdown.network import NetProbSlowdown, NetSlowdown, NetTraceSlowdown
 from hetbench.slowdown.none import NoSlowdown
 from hetbench.slowdown.presets import PresetSlowdown, preset_lines
@@ -29,7 +30,8 @@ from hetbench.slowdown.trace import TraceSlowdown
 #: Every kind, by its spec prefix; a new kind is a module with an Injector subclass, added here.
 KINDS: dict[str, type[Injector]] = {cls.kind: cls for cls in (
     NoSlowdown, ProbabilisticSlowdown, DeterministicSlowdown, TraceSlowdown, NetSlowdown,
-    NetProbSlowdown, NetTraceSlowdown, ReplaySlowdown, ComposedSlowdown, PresetSlowdown)}
+    NetProbSlowdown, NetTraceSlowdown, NetFailSlowSlowdown, ReplaySlowdown, ComposedSlowdown,
+    PresetSlowdown)}
 
 __all__ = ["KINDS", "Injector", "parse_slowdown", "slowdown_kinds"]
 

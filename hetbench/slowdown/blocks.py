@@ -32,6 +32,34 @@ class Param:
     integer: bool = False
 
 
+def check_params(text: str, name: str, params: dict[str, Param],
+                 values: dict[str, str]) -> dict[str, float]:
+    """`values` (key -> text) parsed against `params`, defaults filled in; UserError naming
+    the parameter, its bounds and meaning otherwise (`text`: the spec, for the message)."""
+    unknown = sorted(set(values) - set(params))
+    if unknown:
+        signature = ";".join(f"{k}={p.default:g}" for k, p in params.items())
+        raise UserError(f"slowdown {text!r}: unknown parameter(s) {', '.join(unknown)}; "
+                        f"{name} takes {name}({signature})")
+    parsed = {}
+    for key, param in params.items():
+        raw = values.get(key)
+        if raw is None:
+            parsed[key] = param.default
+            continue
+        try:
+            value = float(raw)
+        except ValueError:
+            raise UserError(f"slowdown {text!r}: {key}={raw!r} is not a number") from None
+        if not (math.isfinite(value) and param.low <= value <= param.high) or (
+                param.integer and not value.is_integer()):
+            kind = "an integer" if param.integer else "a number"
+            raise UserError(f"slowdown {text!r}: {key} must be {kind} in "
+                            f"[{param.low:g}, {param.high:g}] ({param.doc}), got {raw}")
+        parsed[key] = value
+    return parsed
+
+
 class Block(Injector):
     """A building block; subclasses set `name`, `params`, `salt` and implement `column`."""
 
@@ -62,28 +90,7 @@ class Block(Injector):
     def build(cls, text: str, values: dict[str, str], seed: int, instance: int) -> Block:
         """The block of `text` (e.g. "jitter(sigma=0.1)") with its parameters parsed and
         checked; UserError naming the parameter otherwise."""
-        unknown = sorted(set(values) - set(cls.params))
-        if unknown:
-            raise UserError(f"slowdown block {text!r}: unknown parameter(s) {', '.join(unknown)}"
-                            f"; {cls.name} takes {cls.signature()}")
-        parsed = {}
-        for key, param in cls.params.items():
-            raw = values.get(key)
-            if raw is None:
-                parsed[key] = param.default
-                continue
-            try:
-                value = float(raw)
-            except ValueError:
-                raise UserError(f"slowdown block {text!r}: {key}={raw!r} is not a number") \
-                    from None
-            if not (math.isfinite(value) and param.low <= value <= param.high) or (
-                    param.integer and not value.is_integer()):
-                kind = "an integer" if param.integer else "a number"
-                raise UserError(f"slowdown block {text!r}: {key} must be {kind} in "
-                                f"[{param.low:g}, {param.high:g}] ({param.doc}), got {raw}")
-            parsed[key] = value
-        return cls(text, parsed, seed, instance)
+        return cls(text, check_params(text, cls.name, cls.params, values), seed, instance)
 
     @classmethod
     def signature(cls) -> str:

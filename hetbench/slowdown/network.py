@@ -5,6 +5,7 @@ network model's bandwidth (hetbench/network/model.py), so these kinds need a [ne
     netprob:K[@P]    each NIC, each second of cluster time, K times slower with probability P
                      (default 1/workers), drawn from the run's seed
     nettrace:PATH    CSV worker,t_from,t_to,factor: time-varying NIC bandwidth (cluster seconds)
+    netfailslow:k=K;on=S;gap=G   fail-slow episodes on NICs (slowdown/netfailslow.py)
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from hetbench.slowdown.trace import TraceSlowdown
 NETPROB_WINDOW_S = 1.0
 
 
-class _NicOnly(Injector):
+class NicOnly(Injector):
     """Compute is never slowed; nic_factor says how much a NIC is."""
     time_free = True
 
@@ -33,7 +34,7 @@ class _NicOnly(Injector):
         return np.ones(len(elapsed_s))
 
 
-class NetSlowdown(_NicOnly, DeterministicSlowdown):
+class NetSlowdown(NicOnly, DeterministicSlowdown):
     kind = "net"
     syntax = "net:K@R1,R2"
     description = "NICs of workers R1, R2, ... always K times slower (needs [network])"
@@ -42,7 +43,7 @@ class NetSlowdown(_NicOnly, DeterministicSlowdown):
         return self.slow_factor if rank in self.slow_workers else 1.0
 
 
-class NetProbSlowdown(_NicOnly, ProbabilisticSlowdown):
+class NetProbSlowdown(NicOnly, ProbabilisticSlowdown):
     kind = "netprob"
     syntax = "netprob:K[@P]"
     description = ("each NIC each cluster second K times slower with probability P "
@@ -55,7 +56,7 @@ class NetProbSlowdown(_NicOnly, ProbabilisticSlowdown):
         return self.slow_factor if self.slowed(rank, window) else 1.0
 
 
-class NetTraceSlowdown(_NicOnly, TraceSlowdown):
+class NetTraceSlowdown(NicOnly, TraceSlowdown):
     kind = "nettrace"
     syntax = "nettrace:PATH"
     description = "CSV worker,t_from,t_to,factor: time-varying NIC bandwidth (needs [network])"

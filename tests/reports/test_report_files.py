@@ -193,6 +193,11 @@ def test_reproduce_matrices_expand(name, quick, kind):
         assert all(c.pace_ms > 0 for c in configs)
     elif name == "prague":
         assert {c.compute for c in configs} == {"emulated"}
+    if kind == "throughput":  # the papers ran one slowdown rate: ours sweep it (tolerance.png)
+        from hetbench.reports.tolerance import find_sweeps
+
+        (sweep,) = find_sweeps({c.slowdown for c in configs})
+        assert sweep.template == "prob:K" and len(sweep.severity) >= 2
     # --emulate plays the paper's own preset, dilated; without it, no network model.
     presets = {c.network.get("preset") for c in configs}
     assert presets == ({name} if emulate else {None})

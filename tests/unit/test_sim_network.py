@@ -68,3 +68,41 @@ def test_osgp_pays_a_slow_nic_on_its_own_links_only(tmp_path):
     _, slow = _sim(tmp_path / "b", "osgp", network, slowdown="net:10@0")
     assert fast["throughput"] == 8 * 32 / 0.05  # compute bound: every message hidden
     assert slow["throughput"] < 0.8 * fast["throughput"]
+
+
+def test_nic_fail_slow_episodes_have_the_documented_length_and_share():
+    """netfailslow: per NIC, exponential episodes of mean `on` s and healthy stretches of mean
+    `gap` s, so a NIC is slow a share on / (on + gap) of the time; seeded, so it replays."""
+    import numpy as np
+
+    from hetbench.slowdown import parse_slowdown
+
+    spec = "netfailslow:k=4;on=5;gap=20"
+    nics = parse_slowdown(spec, seed=3)
+    nics.validate(64)
+    moments = np.arange(0.0, 20000.0, 5.0)
+    slow = np.array([[nics.in_episode(r, t) for t in moments] for r in range(64)])
+    assert abs(slow.mean() - 5 / 25) < 0.01
+    episodes = [b - a for r in range(64) for a, b, s in zip(nics._starts[r], nics._starts[r][1:],
+                                                          nics._slow[r], strict=False)
+                if s and a > 0]
+    assert abs(np.mean(episodes) - 5.0) < 0.2  # thousands of episodes: the mean within 4%
+    again = parse_slowdown(spec, seed=3)
+    again.validate(64)
+    assert [again.nic_factor(7, t) for t in moments] == [nics.nic_factor(7, t) for t in moments]
+    assert {nics.nic_factor(r, t) for r in range(64) for t in moments[:50]} == {1.0, 4.0}
+    assert nics.nic_factor(64, 3.0) == 1.0  # a server rank's NIC is never slowed
+
+
+def test_nic_fail_slow_episodes_slow_a_nic_bound_run_by_their_share(tmp_path):
+    """All-Reduce over NICs that bound it: episodes 1/4 of the time on every NIC (so almost
+    always one of 8 on the ring) cost throughput; `bench sim` plays them from the same seed."""
+    network = {"workers_per_node": 1, "nic_gbps": 0.05, "inter_gbps": 100,
+               "inter_latency_us": 0}
+    _, healthy = _sim(tmp_path / "a", "allreduce", network)
+    _, episodes = _sim(tmp_path / "b", "allreduce", network,
+                       slowdown="netfailslow:k=4;on=0.2;gap=0.6")
+    _, again = _sim(tmp_path / "c", "allreduce", network,
+                    slowdown="netfailslow:k=4;on=0.2;gap=0.6")
+    assert episodes["throughput"] < 0.8 * healthy["throughput"]
+    assert episodes["throughput"] == again["throughput"]

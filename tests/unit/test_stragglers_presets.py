@@ -132,6 +132,9 @@ def test_two_blocks_of_one_kind_draw_apart():
     ("compose:gc(every=abc)", "every='abc' is not a number"),
     ("compose:gc(every)", "write parameters as key=value"),
     ("compose:jitter(sigma=0.1;sigma=0.2)", "sets sigma twice"),
+    ("netfailslow:k=0.5", "k must be a number in [1, 100]"),
+    ("netfailslow:on=abc", "on='abc' is not a number"),
+    ("netfailslow:k", "expected key=value"),
 ])
 def test_bad_blocks_name_the_parameter(spec, fragment):
     with pytest.raises(UserError) as err:
