@@ -7,11 +7,12 @@ probability S / (S + G), so it is slow a share S / (S + G) of the time at every 
 are independent, so at scale episodes overlap. Compute is untouched; the kind needs a
 [network] table, whose cluster model divides the NIC's bandwidth by K (network/model.py).
 
-Wu et al. (FALCON, arXiv:2410.12588; GREYHOUND, USENIX ATC'25), Alibaba, 10,000+ GPUs: network
-fail-slow episodes last about 24 minutes on average (the default `on`, 1440 s). How often they
-come is not a number hetbench has from the paper: the default gap keeps a NIC slow 2% of the
-time, as failslow's compute episodes (gap = 49 x on). The bandwidth divisor within an episode
-(2) is hetbench's choice. docs/stragglers.md says which numbers were checked.
+Wu et al. (GREYHOUND, USENIX ATC'25, section 1; FALCON, arXiv:2410.12588), Alibaba, 10,000+
+GPUs: communication fail-slows have a mean duration of 24 minutes (the default `on`, 1440 s)
+and hit 40% of the paper's four-node probe jobs; the share of time a NIC spends in one is not a
+number the paper gives, so the default gap keeps a NIC slow 2% of the time, as failslow's
+compute episodes (gap = 49 x on). The bandwidth divisor within an episode (2) is hetbench's
+choice. docs/stragglers.md says which numbers were checked.
 
 A run of a minute sees an episode only if it starts in one (2% per NIC): set `on` and `gap` to
 the run's scale (`netfailslow:k=4;on=5;gap=20`) to study what episodes do to an algorithm.

@@ -3,10 +3,11 @@
 docs/stragglers.md says which numbers were checked against the papers and which were chosen.
 
 OSDI'25 = Lin et al., "Understanding Stragglers in Large Model Training Using What-if
-Analysis" (ByteDance, 3,079 jobs of 128+ GPUs). Its per-job loss to stragglers, as quoted in
-hetbench's issue 36 (P50 7.8%, P90 21.3%, P99 45% of the step time), read as a share of the
-step lost: slowdown 1 / (1 - loss) = 1.085, 1.271, 1.818. The slow share of workers is not given
-there: 10% (at least one) is hetbench's choice.
+Analysis" (ByteDance, 3,079 jobs of 128+ GPUs). Its per-job waste of GPU-hours to stragglers,
+(T - T_ideal) / T = 1 - 1/S (section 3.3, Eq. 3): P90 21.3% and P99 45.0% (section 4.1, Fig.
+3), so slowdowns S = 1 / (1 - waste) = 1.271 and 1.818; the median, 7.8% (S = 1.085), is read
+off Fig. 3's curve, not stated in the text. The slow share of workers is not given there: 10%
+(at least one) is hetbench's choice.
 """
 
 from __future__ import annotations
@@ -17,16 +18,21 @@ from hetbench.slowdown.compose import ComposedSlowdown, parse_blocks
 #: name -> (composition, where its numbers come from).
 PRESETS: dict[str, tuple[str, str]] = {
     "osdi-p50": ("persistent(frac=0.1;k=1.085)",
-                 "OSDI'25 median job: 7.8% of the step lost, steady over the job"),
-    "osdi-p90": ("persistent(frac=0.1;k=1.271)", "OSDI'25 P90 job: 21.3% lost"),
-    "osdi-p99": ("persistent(frac=0.1;k=1.818)", "OSDI'25 P99 job: 45% lost"),
+                 "OSDI'25 median job: ~7.8% of GPU-hours wasted (read off Fig. 3), steady over "
+                 "the job"),
+    "osdi-p90": ("persistent(frac=0.1;k=1.271)", "OSDI'25 P90 job: 21.3% wasted (sec. 4.1)"),
+    "osdi-p99": ("persistent(frac=0.1;k=1.818)", "OSDI'25 P99 job: 45.0% wasted (sec. 4.1)"),
     "seqlen": ("jitter(sigma=0.094)",
                "sequence-length imbalance, every worker every step (OSDI'25); log-sd fitted to "
                "the artifact's SE job"),
-    "faulty": ("faulty(k=3;n=1)", "one faulty worker about 3x (OSDI'25, rare)"),
+    "faulty": ("faulty(k=3;n=1)",
+               "OSDI'25 sec. 5.1: in 1.7% of straggling jobs the slowest 3% of workers cause "
+               "over half the slowdown, and those jobs are 3.04x slow; one worker 3x slower "
+               "gives a synchronous job that slowdown (n=1 chosen)"),
     "failslow": ("failslow(k=2;on=67;gap=3283)",
-                 "FALCON/GREYHOUND (ATC'25) compute fail-slows: ~10 min episodes (67 steps of "
-                 "9 s), 2% of the time; 2x chosen"),
+                 "GREYHOUND (ATC'25) compute fail-slows: 10 min mean episodes (67 steps of "
+                 "9 s); slow 2% of the time and 2x chosen (the paper: <2% of single-node "
+                 "probe jobs had one)"),
     "gpuvar": ("gpuvar(spread=0.08;outlier_p=0.01;outlier_k=1.5)",
                "SC'22: 8% variation across GPUs of one SKU, outliers 1.5x (1% chosen)"),
     "gc": ("gc(every=50;pause=0.5)", "unsynchronized GC pauses (OSDI'25); period, length chosen"),
