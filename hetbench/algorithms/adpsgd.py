@@ -209,7 +209,12 @@ class ADPSGDSim(Protocol):
 
     def ready(self, w):
         t = self.engine.now
+        learner = self.engine.learner
         if w not in self.active:
+            if learner is not None:
+                # The real passive step: its model as its serving thread left it (the pair
+                # averages so far), then its optimizer step with the gradient it computed.
+                learner.worker_step(w, learner.gradient(w))
             served, self.served[w] = self.served[w], 0
             gaps, self.gaps[w] = self.gaps[w], 0
             self.engine.end_step(w, t, 0.0, {"served": served}, peers=served,
@@ -232,4 +237,17 @@ class ADPSGDSim(Protocol):
         # of the request: it serves from a thread, whatever its own step is doing).
         gap = abs(self.engine.iteration[w] - self.engine.iteration[peer])
         self.gaps[peer] += gap
+        if learner is not None:  # at the moment the passive's thread serves the request
+            self.engine.at(asked, self._learn_pair, w, peer)
         self.engine.end_step(w, end, start - t, {"peer": peer}, peers=1, staleness=float(gap))
+
+    learns_events = True
+
+    def _learn_pair(self, w: int, peer: int) -> None:
+        """The real pair's math: the passive's serving thread averages its model with the
+        request (atomically), and the active takes the average, then its optimizer step with
+        the gradient it computed before (an active's model changes only here)."""
+        learner = self.engine.learner
+        grads = learner.gradient(w)
+        learner.pair_average(w, peer)
+        learner.worker_step(w, grads)

@@ -199,6 +199,12 @@ class AllReduceBackupSim(Protocol):
         if len(self.joined) < self.quorum:
             return
         self.version += 1
+        if (learner := self.engine.learner) is not None:
+            # The aggregator's step with the mean of the quorum's gradients (in arrival order,
+            # as it sums them), then each of them takes the new model (its reply).
+            learner.server_step(learner.mean_of([learner.gradient(x) for x in self.joined]))
+            for x in self.joined:
+                learner.take_server(x)
         for x in self.joined:
             end, own = self._reply_to(x)
             staleness = self.version - self.pulled[x] - 1
@@ -211,8 +217,13 @@ class AllReduceBackupSim(Protocol):
     def stats(self):
         return {"updates": self.version}
 
+    learns_events = True
+
     def _drop(self, w):
         """w's gradient is dropped: the aggregator answers at once with the current model."""
+        if (learner := self.engine.learner) is not None:
+            learner.gradient(w)  # computed, and thrown away
+            learner.take_server(w)
         end, _ = self._reply_to(w)
         staleness = self.version - self.pulled[w]
         self.pulled[w] = self.version

@@ -250,4 +250,12 @@ class PSAsyncSim(Protocol):
         self.version += 1
         staleness = self.version - 1 - self.pulled[w]
         self.pulled[w] = self.version
+        if (learner := self.engine.learner) is not None:
+            # The real server's math, in the order it takes gradients: its optimizer step with
+            # w's gradient, then w takes the server's model (the reply). Nothing else touches
+            # w's model before its step ends, so applying both now is applying them then.
+            learner.server_step(learner.gradient(w))
+            learner.take_server(w)
         self.engine.end_step(w, end, start - arrive, peers=self.n - 1, staleness=float(staleness))
+
+    learns_events = True

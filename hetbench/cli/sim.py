@@ -105,6 +105,11 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
                        "process; a run's [network] table replaces them): `--fit-from RESULTS` fits "
                        "them to real runs of yours, `--against RESULTS` shows each cell's error",
                        err=True)
+        from hetbench.core.store import write_json_atomic
+
+        # The matrix as simulated (file + flags), so `bench report` finds its `target` later,
+        # as it does for bench run's.
+        write_json_atomic(out_dir / "matrix.json", spec)
         _simulate_all(configs, models, out_dir, events)
 
 

@@ -126,9 +126,13 @@ class Engine:
 
     def _drain_heap(self) -> None:
         times, at, pop = self._times, self._at, heapq.heappop
+        learner = self.learner
         while times:
             t = pop(times)
             self.now = t
+            if learner is not None and t > learner.next_tick_s:
+                # Evaluation ticks before this moment see the models as they are before it.
+                learner.evaluate_before(t, sum(self.iteration) / self.n)
             # A list iterator also yields what is appended meanwhile: callbacks that schedule
             # more at this same time (end_step at now goes through _end directly, not here).
             for fn, args in at[t]:
@@ -223,6 +227,8 @@ class Engine:
             factor = column[w]
         slow = (factor - 1.0) * compute
         self.t_start[w] = t
+        if self.learner is not None:
+            self.learner.begin(w)  # its gradient is of the model it holds now
         self._compute_s[w] = compute
         self._slowdown[w] = slow
         t_sync = t + compute + slow
@@ -272,6 +278,8 @@ class Engine:
                           step_s - wait_s, wait_s, fields, peers, staleness, discarded)
         self.events += 1
         self.iteration[w] = k + 1 if next_iteration is None else next_iteration
+        if self.learner is not None:
+            self.learner.step_ended(t_end, self.iteration)
         self.begin(w, t_end)
 
     @property
@@ -328,7 +336,7 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path,
     # An algorithm it cannot play fails here, before any file exists.
     engine = Engine(config, models, lockstep=lockstep)
     if config.learn:
-        check_learnable(config, engine.protocol, shared_cores=not engine.lockstep())
+        check_learnable(config, engine.protocol, shared_cores=engine.network.cores is not None)
     _clear_previous(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if config.learn:
@@ -347,7 +355,11 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path,
             # What the real workers' finish() does to the models after training (a drain).
             if (learn_finish := getattr(engine.protocol, "learn_finish", None)) is not None:
                 learn_finish(engine.learner, config.iterations)
-            engine.learner.finish(engine.trained_until, config.iterations)
+            if engine.lockstep():
+                engine.learner.finish(engine.trained_until, config.iterations)
+            else:  # workers' own iteration counts, as each real rank reports its own
+                engine.learner.finish(engine.learner.last_end_s,
+                                      sum(engine.iteration) / engine.n)
         summary = _summary(config, models, engine, status, cause, started)
     # Ctrl-C, SIGTERM, SIGHUP: on record, then stop bench. The outer try: a signal can also
     # land while the events are written and summed (seconds at 1024 workers).

@@ -10,11 +10,17 @@ not depend on how its steps are batched, and a real run and its simulation train
 batches. The optimizer is the workload's: SGD with its lr, momentum and weight decay, applied as
 torch.optim.SGD applies it.
 
-What each protocol does to the models is its own (Protocol.learn, beside its timing and the
-real step): this module only holds the models and the operations they are built from. This
-first version plays protocols that run in lockstep (every worker's k-th step at once):
-allreduce, ps-sync, local SGD, DiLoCo, D-PSGD, SGP and Prague's static schedule; the others
-are refused with one line.
+What each protocol does to the models is its own, beside its timing and the real step: this
+module only holds the models and the operations they are built from. Protocols that run in
+lockstep (every worker's k-th step at once: allreduce, ps-sync, local SGD, DiLoCo, D-PSGD, SGP,
+Prague's static schedule) apply an iteration of every worker at once (Protocol.learn).
+Event-driven protocols (ps-async, allreduce-backup, AD-PSGD: Protocol.learns_events) apply
+each operation in their event handlers, in simulated-time order, on the rows of the workers it
+involves. There a gradient is computed on the model the worker held when its compute began:
+the engine calls begin(w) then, and the gradients of every worker in compute are computed
+together, in one batch, the first time one of them is needed or one of their models is about
+to change (flush): a batch holds exactly the models their compute started from, so the results
+do not depend on how the work was batched. The other protocols are refused with one line.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ from hetbench.errors import UserError
 
 #: Workloads whose models the learning simulator trains (small models on data that ships).
 LEARNABLE_WORKLOADS = ("mlp-digits", "svm", "cnn-cifar10")
+#: The fewest models a gradient batch holds (Learner._batch_gradients pads smaller ones).
+MIN_BATCH = 4
 
 
 def check_learnable(config: RunConfig, protocol, shared_cores: bool = False) -> None:
@@ -50,14 +58,16 @@ def check_learnable(config: RunConfig, protocol, shared_cores: bool = False) -> 
     if config.compute == "emulated":
         raise UserError(f"bench sim --learn needs real compute: workload {config.workload} "
                         "has compute = \"emulated\" (no gradients to learn from)")
-    if shared_cores or config.network or config.iterations is None:
-        raise UserError("bench sim --learn plays an iteration of every worker at a time: it "
-                        "needs an iteration budget, no shared --cores and no [network] table "
-                        "yet")
-    if getattr(protocol, "learn", None) is None or not protocol.lockstep:
+    events = getattr(protocol, "learns_events", False)
+    if config.iterations is None or (not events and (shared_cores or config.network)):
+        raise UserError(f"bench sim --learn plays {config.algorithm} an iteration of every "
+                        "worker at a time: it needs an iteration budget, no shared --cores "
+                        "and no [network] table yet")
+    if not events and (getattr(protocol, "learn", None) is None or not protocol.lockstep):
         raise UserError(f"bench sim --learn: algorithm {config.algorithm} has no learning half "
-                        "yet (Protocol.learn); it plays allreduce, ps-sync, local-sgd, dpsgd, "
-                        "sgp, diloco and prague-static")
+                        "yet (Protocol.learn); it plays allreduce, ps-sync, ps-async, "
+                        "allreduce-backup, adpsgd, local-sgd, dpsgd, sgp, diloco and "
+                        "prague-static")
 
 
 class Learner:
@@ -88,6 +98,23 @@ class Learner:
         #: The run's target, timed to the iteration: the averaged model is scored after every
         #: iteration until it meets it (cheap for the models learned here).
         self.target = parse_target(config.target) if config.target else None
+        #: False: every gradient computed alone (the tests' reference for batching).
+        self.batching = True
+        # -- the event-driven protocols' state (begin / gradient / the row operations) --------
+        #: Workers whose compute began and whose gradient is not computed yet, and gradients
+        #: computed and not yet used, by worker.
+        self._pending: set[int] = set()
+        self._grads: dict[int, dict[str, torch.Tensor]] = {}
+        #: Every worker's momentum buffer for row-wise steps (zeros: torch.optim.SGD's first
+        #: buffer is the gradient itself, which momentum x 0 + g gives exactly).
+        self._row_momentum: dict[str, torch.Tensor] | None = None
+        #: A parameter server's (or aggregator's) model and momentum buffer, made on first use.
+        self.server: dict[str, torch.Tensor] | None = None
+        self._server_momentum: dict[str, torch.Tensor] | None = None
+        #: The moment of the next evaluation tick, and the step ends seen (event mode).
+        self.next_tick_s = 0.0
+        self._steps_ended = 0
+        self.last_end_s = 0.0
 
     def _stream(self, worker: int):
         """Worker `worker`'s minibatches, its first drawn now: a shard too small for a batch
@@ -109,8 +136,36 @@ class Learner:
 
     def gradients(self) -> dict[str, torch.Tensor]:
         """Every worker's gradient of its next minibatch at its current model, stacked."""
-        xs, ys = zip(*(next(stream) for stream in self._streams), strict=True)
-        return self._gradients(self.params, torch.stack(xs), torch.stack(ys))
+        return self._batch_gradients(list(range(self.n)))
+
+    def _batch_gradients(self, rows: list[int]) -> dict[str, torch.Tensor]:
+        """The gradients of workers `rows` (each of its next minibatch at its current model),
+        stacked in that order: one vmap call, or one per worker with batching off.
+
+        A batch of one or two models takes other kernels than a larger one (cnn-cifar10's
+        convolutions give other bits; measured), so a batch is padded with copies of its last
+        row to at least MIN_BATCH: a worker's gradient is then the same bits whatever else was
+        in its batch (each row's result depends only on its own model and data)."""
+        xs, ys = zip(*(next(self._streams[w]) for w in rows), strict=True)
+        x, y = torch.stack(xs), torch.stack(ys)
+        if rows == list(range(self.n)):
+            params = self.params
+        else:
+            index = torch.tensor(rows)
+            params = {name: p[index] for name, p in self.params.items()}
+        if not self.batching:
+            parts = [self._padded(params, x, y, slice(i, i + 1)) for i in range(len(rows))]
+            return {name: torch.cat([part[name] for part in parts]) for name in params}
+        return self._padded(params, x, y, slice(0, len(rows)))
+
+    def _padded(self, params, x, y, rows: slice) -> dict[str, torch.Tensor]:
+        count = rows.stop - rows.start
+        if count >= MIN_BATCH:
+            return self._gradients({name: p[rows] for name, p in params.items()}, x[rows],
+                                   y[rows])
+        pad = [rows.start + min(i, count - 1) for i in range(MIN_BATCH)]
+        grads = self._gradients({name: p[pad] for name, p in params.items()}, x[pad], y[pad])
+        return {name: g[:count] for name, g in grads.items()}
 
     def sgd_step(self, grads: dict[str, torch.Tensor]) -> None:
         """Every worker's optimizer step with its gradient: torch.optim.SGD's update
@@ -188,6 +243,97 @@ class Learner:
                 out.add_(flat[peers[:, m]] * weights[:, m:m + 1])
             self.params[name] = out.reshape(p.shape)
 
+    # -- event-driven protocols: one worker's operations at a time ---------------------------
+    def begin(self, w: int) -> None:
+        """Worker w's compute begins: its gradient is of the model it holds now."""
+        self._pending.add(w)
+
+    def gradient(self, w: int) -> dict[str, torch.Tensor]:
+        """Worker w's gradient (of its next minibatch at the model its compute began with)."""
+        if w in self._pending:
+            self.flush()
+        return self._grads.pop(w)
+
+    def flush(self) -> None:
+        """Compute every pending gradient, one batch over the workers in compute (each draws
+        its own next minibatch: its stream's order is its iterations', whatever the batch)."""
+        if not self._pending:
+            return
+        rows = sorted(self._pending)
+        self._pending.clear()
+        grads = self._batch_gradients(rows)
+        for i, w in enumerate(rows):
+            self._grads[w] = {name: g[i] for name, g in grads.items()}
+
+    def _writing(self, rows) -> None:
+        """Rows are about to change: gradients due from their current models come first."""
+        if self._pending and not self._pending.isdisjoint(rows):
+            self.flush()
+
+    def _sgd(self, p: torch.Tensor, g: torch.Tensor, buffer: torch.Tensor | None) -> None:
+        """torch.optim.SGD's update of one model `p` in place (buffer: its momentum's)."""
+        if self.weight_decay:
+            g = g.add(p, alpha=self.weight_decay)
+        if buffer is not None:
+            buffer.mul_(self.momentum).add_(g)
+            g = buffer
+        p.add_(g, alpha=-self.lr)
+
+    def worker_step(self, w: int, grads: dict[str, torch.Tensor]) -> None:
+        """Worker w's optimizer step with `grads` on the model it holds now."""
+        self._writing((w,))
+        if self.momentum and self._row_momentum is None:
+            self._row_momentum = {name: torch.zeros_like(p) for name, p in self.params.items()}
+        for name, p in self.params.items():
+            self._sgd(p[w], grads[name],
+                      None if self._row_momentum is None else self._row_momentum[name][w])
+
+    def server_step(self, grads: dict[str, torch.Tensor]) -> None:
+        """The server's optimizer step with `grads` (its model starts as every worker's)."""
+        server = self._server_model()
+        if self.momentum and self._server_momentum is None:
+            self._server_momentum = {name: torch.zeros_like(p) for name, p in server.items()}
+        for name, p in server.items():
+            self._sgd(p, grads[name],
+                      None if self._server_momentum is None else self._server_momentum[name])
+
+    def take_server(self, w: int) -> None:
+        """Worker w's model becomes the server's (the reply it receives)."""
+        self._writing((w,))
+        for name, p in self._server_model().items():
+            self.params[name][w] = p
+
+    def _server_model(self) -> dict[str, torch.Tensor]:
+        if self.server is None:  # every worker starts from the same model: the server's
+            self.server = {name: p[0].clone() for name, p in self.params.items()}
+        return self.server
+
+    def pair_average(self, i: int, j: int) -> None:
+        """Workers i and j both take the mean of their two models (AD-PSGD's atomic average)."""
+        self._writing((i, j))
+        for p in self.params.values():
+            mean = (p[j] + p[i]) / 2
+            p[i] = mean
+            p[j] = mean
+
+    @staticmethod
+    def mean_of(grads: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        """The mean of several workers' gradients, summed in the order given."""
+        total = {name: g.clone() for name, g in grads[0].items()}
+        for other in grads[1:]:
+            for name, g in other.items():
+                total[name].add_(g)
+        return {name: g.div_(len(grads)) for name, g in total.items()}
+
+    def step_ended(self, t_end: float, iterations: list[int]) -> None:
+        """A worker's step ended at t_end (event mode): with a target, the averaged model is
+        scored once per n step ends, the moment about one step of every worker has passed."""
+        self.last_end_s = max(self.last_end_s, t_end)
+        self._steps_ended += 1
+        if self.target is not None and self._steps_ended % self.n == 0:
+            self.after_iteration(self._steps_ended // self.n - 1, t_end,
+                                 iteration=sum(iterations) / self.n)
+
     # -- what the run records --------------------------------------------------------------
     def evaluate_before(self, t_end: float, iteration: int) -> None:
         """Evaluations at every tick before `t_end` not yet made, of the models as they are
@@ -198,16 +344,19 @@ class Learner:
             self.records.append({"kind": "snapshot", "wall_s": self._next_tick * interval,
                                  **self._score(iteration)})
             self._next_tick += 1
+        self.next_tick_s = self._next_tick * interval
 
-    def after_iteration(self, k: int, t_end: float) -> None:
+    def after_iteration(self, k: int, t_end: float, iteration: float | None = None) -> None:
         """With a target not met yet: whether the averaged model after iteration k meets it;
         the first time it does, a "target" record at the iteration's end (its last worker's),
-        exact to the iteration, as a real run's search finds it to one step."""
+        exact to the iteration, as a real run's search finds it to one step (`iteration`: the
+        workers' mean iteration then, where they are not all at k + 1)."""
         if self.target is None:
             return
         scores = self._mean_scores()
         if self.target.met(scores.get(self.target.column)):
-            self.records.append({"kind": "target", "wall_s": t_end, "iteration": float(k + 1),
+            self.records.append({"kind": "target", "wall_s": t_end,
+                                 "iteration": float(k + 1) if iteration is None else iteration,
                                  "target": self.config.target, "resolution_iterations": 1,
                                  "probes": k + 1, "exact": True, "moment": "step end",
                                  **scores})

@@ -62,6 +62,11 @@ class Protocol:
     #: protocols: iteration k of every worker, on a sim.learn.Learner), or None: the
     #: algorithm has no learning half and --learn refuses it.
     learn = None
+    #: True when the protocol's event handlers apply its model operations themselves, one
+    #: worker's at a time, on `self.engine.learner` when the run learns (sim/learn.py's
+    #: begin / gradient / worker_step / server_step / take_server / pair_average): the
+    #: asynchronous protocols, whose operations happen in the order events run.
+    learns_events = False
 
     def ready(self, w: int) -> None:
         self.engine.end_step(w, self.engine.now, 0.0)
