@@ -275,10 +275,10 @@ class OSGPSim(DPSGDSim):
     arrived by the end of its step, as the real arrival thread marks them."""
 
     #: A step mixes in whatever has arrived by its end: that depends on other workers' later
-    #: iterations, so OSGP is played event by event.
+    #: iterations, so OSGP is played event by event, and so is its learning.
     lockstep = False
-    #: Its learning half (messages mixed as they arrive) is not built yet.
     learn = None
+    learns_events = True
 
     def __init__(self, engine):
         super().__init__(engine)
@@ -303,6 +303,8 @@ class OSGPSim(DPSGDSim):
         # message or for w's receive of iteration k is among its partners of k.
         k = len(self.ready_at[w])
         send_to, receive_from = self.exchange.links(w, k)
+        if self.engine.learner is not None:
+            self._learn_send(w, k, send_to)
         self.incoming[w].extend((k, j) for j in receive_from)
         if self.net.cluster is not None:
             # Messages of iteration k whose other end is ready already start now, in event
@@ -314,6 +316,43 @@ class OSGPSim(DPSGDSim):
                     self.to_mix[(src, dst, k)] = arrives
                     self.to_wait[(src, dst, k)] = [arrives, 2]
         super().ready(w)
+
+    def _learn_send(self, w: int, k: int, send_to) -> None:
+        """The real step's math up to its sends (SGP.step): the optimizer step on w's model,
+        added to its push-sum numerator; a share of (x, w) as float32 to each out-peer, kept
+        until the receiver mixes it in; what was not sent kept."""
+        import torch
+
+        learner = self.engine.learner
+        state = self.__dict__.setdefault("_push_sum", {})
+        if w not in state:
+            state[w] = [learner.row(w).double(), 1.0]
+        before = learner.row(w)
+        learner.worker_step(w, learner.gradient(w))
+        state[w][0] += (learner.row(w) - before).double()
+        share = self.exchange.at(w, k)[2][w]
+        message = (state[w][0] * share).float(), float(torch.tensor(state[w][1] * share,
+                                                                     dtype=torch.float32))
+        state[w][0] -= message[0].double() * len(send_to)
+        state[w][1] -= message[1] * len(send_to)
+        messages = self.__dict__.setdefault("_messages", {})
+        for j in send_to:
+            messages[(w, j, k)] = message
+
+    def learn_finish(self, learner, iterations) -> None:
+        """SGP.finish: every worker mixes in every message still in flight, then takes x / w."""
+        for x in range(self.n):
+            for k_in, src in self.incoming[x]:
+                if (src, x, k_in) in self._messages:
+                    self._learn_mix(x, src, k_in)
+            x_sum, w_sum = self._push_sum[x]
+            learner.set_row(x, x_sum / w_sum)
+
+    def _learn_mix(self, x: int, src: int, k: int) -> None:
+        """Worker x adds the message src sent it at iteration k (in posting order)."""
+        message_x, message_w = self._messages.pop((src, x, k))
+        self._push_sum[x][0] += message_x.double()
+        self._push_sum[x][1] += message_w
 
     def _waited(self, key: tuple[int, int, int]) -> float:
         """When that message arrives, for one of its two waits."""
@@ -359,5 +398,10 @@ class OSGPSim(DPSGDSim):
                 break
             incoming.popleft()
             mixed.append(k - k_in)
+            if self.engine.learner is not None:
+                self._learn_mix(x, src, k_in)
+        if self.engine.learner is not None:
+            x_sum, w_sum = self._push_sum[x]
+            self.engine.learner.set_row(x, x_sum / w_sum)
         self.engine.end_step(x, end, latest - mine, peers=len(mixed),
                           staleness=sum(mixed) / len(mixed) if mixed else None)

@@ -14,7 +14,7 @@ What each protocol does to the models is its own, beside its timing and the real
 module only holds the models and the operations they are built from. Protocols that run in
 lockstep (every worker's k-th step at once: allreduce, ps-sync, local SGD, DiLoCo, D-PSGD, SGP,
 Prague's static schedule) apply an iteration of every worker at once (Protocol.learn).
-Event-driven protocols (ps-async, allreduce-backup, AD-PSGD: Protocol.learns_events) apply
+Event-driven protocols (ps-async, allreduce-backup, AD-PSGD, OSGP: Protocol.learns_events) apply
 each operation in their event handlers, in simulated-time order, on the rows of the workers it
 involves. There a gradient is computed on the model the worker held when its compute began:
 the engine calls begin(w) then, and the gradients of every worker in compute are computed
@@ -66,7 +66,7 @@ def check_learnable(config: RunConfig, protocol, shared_cores: bool = False) -> 
     if not events and (getattr(protocol, "learn", None) is None or not protocol.lockstep):
         raise UserError(f"bench sim --learn: algorithm {config.algorithm} has no learning half "
                         "yet (Protocol.learn); it plays allreduce, ps-sync, ps-async, "
-                        "allreduce-backup, adpsgd, local-sgd, dpsgd, sgp, diloco and "
+                        "allreduce-backup, adpsgd, local-sgd, dpsgd, sgp, osgp, diloco and "
                         "prague-static")
 
 
@@ -315,6 +315,19 @@ class Learner:
             mean = (p[j] + p[i]) / 2
             p[i] = mean
             p[j] = mean
+
+    def row(self, w: int) -> torch.Tensor:
+        """Worker w's parameters as one flat vector (flat_params' order); a new tensor."""
+        return torch.cat([p[w].reshape(-1) for p in self.params.values()])
+
+    def set_row(self, w: int, flat: torch.Tensor) -> None:
+        """Worker w's parameters from a flat vector (cast to the model's dtype)."""
+        self._writing((w,))
+        offset = 0
+        for p in self.params.values():
+            size = p[w].numel()
+            p[w] = flat[offset:offset + size].to(p.dtype).reshape(p[w].shape)
+            offset += size
 
     @staticmethod
     def mean_of(grads: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
