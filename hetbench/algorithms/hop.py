@@ -356,30 +356,31 @@ class HopSim(Protocol):
         self.blocked: list[tuple | None] = [None] * self.n
 
     # -- messages ----------------------------------------------------------------------------
-    def _send(self, w: int, kind: int, lo: int, hi: int, entered: int) -> None:
+    def _send(self, w: int, kind: int, lo: int, hi: int, entered: int, model=None) -> None:
+        """`model`: the message's model when the run learns (a flat tensor), else None."""
         now, active = self.engine.now, self.engine.active
         if self.net.cluster is None:
             # Every copy lands at the same instant: one event delivers them in turn, as the
             # heap would have run their consecutive events (nothing can come between them).
             arrive = self.net.message_to(w, w, self.msg_bytes, now, active)
-            self.engine.at(arrive, self._deliver_all, w, kind, lo, hi, entered)
+            self.engine.at(arrive, self._deliver_all, w, kind, lo, hi, entered, model)
             return
         for j in self.graph[w]:
             arrive = self.net.message_to(w, j, self.msg_bytes, now, active)
-            self.engine.at(arrive, self._deliver, w, j, kind, lo, hi, entered)
+            self.engine.at(arrive, self._deliver, w, j, kind, lo, hi, entered, model)
 
-    def _deliver_all(self, src, kind, lo, hi, entered):
+    def _deliver_all(self, src, kind, lo, hi, entered, model=None):
         for dst in self.graph[src]:
-            self._deliver(src, dst, kind, lo, hi, entered)
+            self._deliver(src, dst, kind, lo, hi, entered, model)
 
-    def _deliver(self, src, dst, kind, lo, hi, entered):
+    def _deliver(self, src, dst, kind, lo, hi, entered, model=None):
         if kind is None:  # DONE
             self.done_peers[dst].add(src)
         else:
             if entered > self.entered[dst][src]:
                 self.entered[dst][src] = entered
             if not self.stopped[dst]:
-                self.queues[dst][src].append(Entry(lo, hi))
+                self.queues[dst][src].append(Entry(lo, hi, model))
         if self.blocked[dst] is not None:
             self._unblock(dst)
 
@@ -399,9 +400,13 @@ class HopSim(Protocol):
         drop_before(self.queues[w], k, self.staleness)
 
     # -- the step ----------------------------------------------------------------------------
+    learns_events = True
+
     def ready(self, w):
         k = self.engine.iteration[w]
-        self._send(w, UPDATE, k, k, k)
+        learner = self.engine.learner
+        # The real step sends its model of iteration k (the one its gradient is of).
+        self._send(w, UPDATE, k, k, k, None if learner is None else learner.row(w))
         target = self._skip_target(w, k) if self.skip else None
         if target is None:
             if self._updates_ready(w, k):
@@ -411,21 +416,44 @@ class HopSim(Protocol):
             return
         # Keys are ints here: the event line's JSON writes them as the real step's strings.
         used = {j: q[-1].hi for j, q in self.queues[w].items() if q}
+        if learner is not None:  # the newest queued model of each neighbour, usable or not
+            self._learn_mix(w, {j: q[-1].model for j, q in self.queues[w].items() if q})
         self._drop_before(w, target)
         fields = {"used": used, "skipped": target - k - 1, "skip_to": target,
                   "skip_ns": round(self.engine.now * 1e9)}
-        self._send(w, SKIP, k + 1, target - 1, target)
+        self._send(w, SKIP, k + 1, target - 1, target,
+                   None if learner is None else learner.row(w))
         self._tokens(w, k, target, 0.0, fields)
 
     def _mixed(self, w, k, wait_s):
-        used = {}
+        used, models = {}, {}
         queues, s = self.queues[w], self.staleness
         for j in self.graph[w]:
             entry = newest_usable(queues[j], k, s)
             if entry is not None:
                 used[j] = min(entry.hi, k)
+                models[j] = entry.model
+        if self.engine.learner is not None:
+            self._learn_mix(w, models)
         self._drop_before(w, k + 1)
         self._tokens(w, k, k + 1, wait_s, {"used": used})
+
+    def _learn_mix(self, w: int, models: dict) -> None:
+        """The real step's math: w's model mixed with the neighbours' models it uses (a
+        neighbour without one leaves its weight to w), then its optimizer step with the
+        gradient of its model of this iteration."""
+        learner = self.engine.learner
+        if "_weights" not in self.__dict__:
+            self._weights = topologies.mixing_weights(self.graph, self.config.weights)
+        row = self._weights[w]
+        self_weight = row[w]
+        for j in self.graph[w]:
+            if j not in models:
+                self_weight += row[j]
+        grads = learner.gradient(w)
+        learner.set_row(w, mix(learner.row(w), self_weight,
+                               [(row[j], models[j]) for j in self.graph[w] if j in models]))
+        learner.worker_step(w, grads)
 
     def _tokens(self, w, k, following, wait_s, fields):
         """Wait for the tokens of `following`, then end w's step k. Its peers and staleness

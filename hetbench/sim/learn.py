@@ -14,7 +14,8 @@ What each protocol does to the models is its own, beside its timing and the real
 module only holds the models and the operations they are built from. Protocols that run in
 lockstep (every worker's k-th step at once: allreduce, ps-sync, local SGD, DiLoCo, D-PSGD, SGP,
 Prague's static schedule) apply an iteration of every worker at once (Protocol.learn).
-Event-driven protocols (ps-async, allreduce-backup, AD-PSGD, OSGP: Protocol.learns_events) apply
+Event-driven protocols (ps-async, allreduce-backup, AD-PSGD, OSGP, Hop, Prague's generated
+groups: Protocol.learns_events) apply
 each operation in their event handlers, in simulated-time order, on the rows of the workers it
 involves. There a gradient is computed on the model the worker held when its compute began:
 the engine calls begin(w) then, and the gradients of every worker in compute are computed
@@ -66,8 +67,8 @@ def check_learnable(config: RunConfig, protocol, shared_cores: bool = False) -> 
     if not events and (getattr(protocol, "learn", None) is None or not protocol.lockstep):
         raise UserError(f"bench sim --learn: algorithm {config.algorithm} has no learning half "
                         "yet (Protocol.learn); it plays allreduce, ps-sync, ps-async, "
-                        "allreduce-backup, adpsgd, local-sgd, dpsgd, sgp, osgp, diloco and "
-                        "prague-static")
+                        "allreduce-backup, adpsgd, hop, local-sgd, dpsgd, sgp, osgp, diloco, "
+                        "prague-static, prague-smart and prague-random")
 
 
 class Learner:
@@ -221,6 +222,7 @@ class Learner:
         met = group_of >= self.n
         if not met.any():
             return
+        self._writing(met.nonzero().flatten().tolist())
         _, group_of = torch.unique(group_of, return_inverse=True)
         count = torch.bincount(group_of).unsqueeze(1)
         for name, p in self.params.items():

@@ -154,6 +154,11 @@ class Meetings:
         if len(arrivals) < len(members):
             return False
         del self.open[key]
+        if self.protocol.learns_events and (learner := self.protocol.engine.learner):
+            # The P-Reduce's math: every member's model becomes the members' mean (each took
+            # its own optimizer step before it asked for the group; nothing else changes a
+            # waiting member's model, so averaging now is averaging when they meet).
+            learner.average_groups([members])
         net = self.protocol.net
         start = max([a[1] for a in arrivals])
         end = net.ring(members, self.protocol.model_bytes, start, self.protocol.engine.active)

@@ -85,7 +85,6 @@ def test_learned_runs_are_evaluated_like_real_ones(tmp_path):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--algorithms", "hop"], "no learning half yet"),
     (["--algorithms", "allreduce", "--workloads", "transformer"], "trains mlp-digits, svm"),
     (["--algorithms", "allreduce", "--cores", "2"], "no shared --cores"),
 ])
@@ -217,3 +216,39 @@ def test_learned_osgp_without_delay_is_sgp_and_with_delay_mixes_late_messages(tm
     assert osgp1.summary["final_test_accuracy"] > sgp.summary["final_test_accuracy"] - 0.05
     late, lockstep = final_models(osgp1.run_dir, 8)[0], final_models(sgp.run_dir, 8)[0]
     assert np.abs(late - lockstep).max() > 1e-4
+
+
+def test_learned_hop_without_its_options_is_dpsgd_and_with_them_learns(tmp_path):
+    """Hop without backup workers, staleness or skipping mixes every neighbour's model of the
+    same iteration: D-PSGD's math, played event by event against D-PSGD's lockstep. With its
+    defaults under prob:5 (one backup worker, skipping), it mixes fewer and staler models and
+    still learns."""
+    fields = dict(workload="mlp-digits", workers=8, iterations=40, pace_ms=10, seed=2,
+                  save_models=True, learn=True, slowdown="prob:5")
+    plain = {"backup_workers": 0, "staleness": 0, "skip": False}
+    dpsgd = simulate(RunConfig(algorithm="dpsgd", **fields), MODELS, tmp_path / "dpsgd")
+    hop = simulate(RunConfig(algorithm="hop", algorithm_options=plain, **fields), MODELS,
+                   tmp_path / "hop")
+    for a, b in zip(final_models(dpsgd.run_dir, 8), final_models(hop.run_dir, 8), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    default = simulate(RunConfig(algorithm="hop", **fields), MODELS, tmp_path / "default")
+    assert default.summary["sync_share"] > 0.5
+    assert default.summary["final_test_accuracy"] > dpsgd.summary["final_test_accuracy"] - 0.1
+
+
+def test_learned_prague_groups_of_every_worker_are_local_sgd_averaging_every_step(tmp_path):
+    """Prague's generated groups, played event by event: each worker's optimizer step, then
+    its group's mean. With groups of all 8 workers (and equal workers), every step averages
+    everyone's model after their local steps: local SGD with period 1 (momentum kept by each
+    worker in both)."""
+    fields = dict(workload="mlp-digits", workers=8, iterations=20, pace_ms=10, seed=2,
+                  save_models=True, learn=True, workload_options={"momentum": 0.9})
+    local = simulate(RunConfig(algorithm="local-sgd", algorithm_options={"period": 1},
+                               **fields), MODELS, tmp_path / "local")
+    for algorithm in ("prague-smart", "prague-random"):
+        groups = simulate(RunConfig(algorithm=algorithm, algorithm_options={"group_size": 8},
+                                    **fields), MODELS, tmp_path / algorithm)
+        assert groups.summary["mean_group_size"] == 8
+        for a, b in zip(final_models(local.run_dir, 8), final_models(groups.run_dir, 8),
+                        strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -424,3 +424,8 @@ def test_a_hypercube_plugin_from_the_public_api_is_attributed_real_and_simulated
         assert report.returncode == 0, report.stderr
         section = (out / "report.md").read_text().split("## Who waited for whom")[1]
         assert "hypercube: " not in section.split("\n## ")[0].split("Not attributed:")[-1]
+    # Its simulated half has no learning half: --learn refuses it in one line.
+    refused = bench("sim", "--learn", *flags, "--out", tmp_path / "learn", env=env)
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and len(lines) == 1, refused.stderr
+    assert "algorithm hypercube has no learning half" in lines[0]

@@ -160,7 +160,11 @@ class PragueGeneratedSim(Protocol):
         served = self._serve(w)
         return self.gg.request(w, served), self.gg_free + self.rpc[w]
 
+    learns_events = True
+
     def ready(self, w):
+        if (learner := self.engine.learner) is not None:
+            learner.worker_step(w, learner.gradient(w))  # the real step: update, then group
         group, reply = self._ask(w)
         if not self.engine.full_events:  # no event lines: no fields to format ("" is not None)
             self.meetings.join(group.id, group.members, w, reply, "")
