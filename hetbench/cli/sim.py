@@ -94,7 +94,7 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         if config.learn:
             from hetbench.sim.learn import check_learnable
 
-            check_learnable(config, protocol, shared_cores=models.network.cores is not None)
+            check_learnable(config, protocol)
     check_writable(out_dir)
     with lock_results(out_dir, "bench sim", wait):
         if (fit_from is None and any(not config.network for config in configs)

@@ -64,6 +64,10 @@ class Engine:
         self.sink = sink
         #: The workers' models when the run learns (sim/learn.py), else None.
         self.learner = None
+        #: Step ends so far of each iteration not yet complete (a lockstep protocol's learning
+        #: played event by event), and the end of the last complete one.
+        self._ended_per_iteration: dict[int, int] = {}
+        self.trained_until = 0.0
         self.now = 0.0
         #: Pending events: the distinct times (a heap) and, per time, its callbacks in the
         #: order they were scheduled (see at()).
@@ -227,7 +231,7 @@ class Engine:
             factor = column[w]
         slow = (factor - 1.0) * compute
         self.t_start[w] = t
-        if self.learner is not None:
+        if self.learner is not None and self.protocol.learns_events:
             self.learner.begin(w)  # its gradient is of the model it holds now
         self._compute_s[w] = compute
         self._slowdown[w] = slow
@@ -279,8 +283,24 @@ class Engine:
         self.events += 1
         self.iteration[w] = k + 1 if next_iteration is None else next_iteration
         if self.learner is not None:
-            self.learner.step_ended(t_end, self.iteration)
+            if self.protocol.learns_events:
+                self.learner.step_ended(t_end, self.iteration)
+            else:
+                self._lockstep_learning(k, t_end)
         self.begin(w, t_end)
+
+    def _lockstep_learning(self, k: int, t_end: float) -> None:
+        """A lockstep protocol played event by event (shared cores, a Cluster): its math is
+        iteration k of every worker at once, whatever the timing, so it is applied when the
+        last worker's step k ends (iterations complete in order: the last end of k + 1 comes
+        after every end of k), as the lockstep path applies it."""
+        ended = self._ended_per_iteration
+        ended[k] = ended.get(k, 0) + 1
+        if ended[k] == self.n:
+            del ended[k]
+            self.protocol.learn(k, self.learner)
+            self.learner.after_iteration(k, t_end)
+            self.trained_until = t_end
 
     @property
     def full_events(self) -> bool:
@@ -336,7 +356,7 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path,
     # An algorithm it cannot play fails here, before any file exists.
     engine = Engine(config, models, lockstep=lockstep)
     if config.learn:
-        check_learnable(config, engine.protocol, shared_cores=engine.network.cores is not None)
+        check_learnable(config, engine.protocol)
     _clear_previous(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if config.learn:
@@ -355,7 +375,7 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path,
             # What the real workers' finish() does to the models after training (a drain).
             if (learn_finish := getattr(engine.protocol, "learn_finish", None)) is not None:
                 learn_finish(engine.learner, config.iterations)
-            if engine.lockstep():
+            if not engine.protocol.learns_events:
                 engine.learner.finish(engine.trained_until, config.iterations)
             else:  # workers' own iteration counts, as each real rank reports its own
                 engine.learner.finish(engine.learner.last_end_s,

@@ -47,9 +47,9 @@ LEARNABLE_WORKLOADS = ("mlp-digits", "svm", "cnn-cifar10")
 MIN_BATCH = 4
 
 
-def check_learnable(config: RunConfig, protocol, shared_cores: bool = False) -> None:
+def check_learnable(config: RunConfig, protocol) -> None:
     """UserError (one line) unless `config` can be simulated with learning (`protocol`: its
-    simulated protocol, the class or an instance; `shared_cores`: a --cores model)."""
+    simulated protocol, the class or an instance)."""
     if config.workload not in LEARNABLE_WORKLOADS:
         raise UserError(f"bench sim --learn trains {', '.join(LEARNABLE_WORKLOADS)} "
                         f"(cnn-cifar10 with dataset = \"digits\"); not {config.workload}")
@@ -60,10 +60,9 @@ def check_learnable(config: RunConfig, protocol, shared_cores: bool = False) -> 
         raise UserError(f"bench sim --learn needs real compute: workload {config.workload} "
                         "has compute = \"emulated\" (no gradients to learn from)")
     events = getattr(protocol, "learns_events", False)
-    if config.iterations is None or (not events and (shared_cores or config.network)):
-        raise UserError(f"bench sim --learn plays {config.algorithm} an iteration of every "
-                        "worker at a time: it needs an iteration budget, no shared --cores "
-                        "and no [network] table yet")
+    if config.iterations is None:
+        raise UserError("bench sim --learn needs an iteration budget (iterations = N): a run "
+                        "ends when every worker has taken its steps")
     if not events and (getattr(protocol, "learn", None) is None or not protocol.lockstep):
         raise UserError(f"bench sim --learn: algorithm {config.algorithm} has no learning half "
                         "yet (Protocol.learn); it plays allreduce, ps-sync, ps-async, "

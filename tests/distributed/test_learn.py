@@ -86,7 +86,6 @@ def test_learned_runs_are_evaluated_like_real_ones(tmp_path):
 
 @pytest.mark.parametrize("flags, message", [
     (["--algorithms", "allreduce", "--workloads", "transformer"], "trains mlp-digits, svm"),
-    (["--algorithms", "allreduce", "--cores", "2"], "no shared --cores"),
 ])
 def test_what_cannot_learn_is_refused_in_one_line(tmp_path, bench, flags, message):
     args = ["--workloads", "mlp-digits", *flags] if "--workloads" not in flags else flags
@@ -252,3 +251,21 @@ def test_learned_prague_groups_of_every_worker_are_local_sgd_averaging_every_ste
         for a, b in zip(final_models(local.run_dir, 8), final_models(groups.run_dir, 8),
                         strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("algorithm", ["dpsgd", "prague-static"])
+def test_a_lockstep_protocol_learns_the_same_when_played_event_by_event(tmp_path, algorithm):
+    """Shared cores make the engine play events one by one; a lockstep protocol's math is its
+    iterations', so it is applied as each iteration completes: the same models, other times."""
+    fields = dict(algorithm=algorithm, workload="mlp-digits", workers=8, iterations=20,
+                  pace_ms=10, seed=2, save_models=True, learn=True, slowdown="prob:5",
+                  target="accuracy:0.5", algorithm_options=(
+                      {"workers_per_node": 4} if algorithm == "prague-static" else {}))
+    shared = SimModels(NetworkModel(alpha_s=20e-6, beta_bytes_per_s=1.25e9, cpu_s=1e-4,
+                                    cores=2), ComputeModel())
+    lockstep = simulate(RunConfig(**fields), MODELS, tmp_path / "lockstep")
+    events = simulate(RunConfig(**fields), shared, tmp_path / "events")
+    for a, b in zip(final_models(lockstep.run_dir, 8), final_models(events.run_dir, 8),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert events.summary["train_wall_s"] != lockstep.summary["train_wall_s"]
