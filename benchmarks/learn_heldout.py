@@ -71,7 +71,8 @@ def compare(real: dict, simulated: dict) -> dict:
 
 
 def markdown(result: dict) -> str:
-    lines = ["| algorithm | slowdown | real (s) | simulated (s) | error |", "|---|---|---:|---:|---:|"]
+    lines = ["| algorithm | slowdown | real (s) | simulated (s) | error |",
+             "|---|---|---:|---:|---:|"]
     for c in result["cells"]:
         lines.append(f"| {c['algorithm']} | {c['slowdown']} | {c['real_s']:.2f} | "
                      f"{c['sim_s']:.2f} | {c['error']:+.0%} |")
