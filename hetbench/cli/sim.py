@@ -88,13 +88,19 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
     models = _models(compute_ms=compute_ms, fit_from=fit_from, **model_flags)
     from hetbench.sim.engine import simulated_protocol
 
+    shards_checked = set()
     for config in configs:  # what cannot be simulated fails before anything runs
         models.compute.seconds(config)
         protocol = simulated_protocol(config)
         if config.learn:
-            from hetbench.sim.learn import check_learnable
+            from hetbench.sim.learn import check_learnable, check_shards
 
             check_learnable(config, protocol)
+            key = (config.workload, repr(sorted(config.workload_options.items())),
+                   config.workers, config.seed)
+            if key not in shards_checked:
+                shards_checked.add(key)
+                check_shards(config)
     check_writable(out_dir)
     with lock_results(out_dir, "bench sim", wait):
         if (fit_from is None and any(not config.network for config in configs)

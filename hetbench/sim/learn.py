@@ -70,6 +70,22 @@ def check_learnable(config: RunConfig, protocol) -> None:
                         "prague-static, prague-smart and prague-random")
 
 
+def check_shards(config: RunConfig) -> None:
+    """UserError (one line) when a worker's shard of the training data is too small for a
+    batch (the last worker's is the smallest), said before any run starts."""
+    workload = config.workload_class()(config.workload_config(), config.seed)
+    try:
+        next(workload.train_batches(config.workers - 1, config.workers))
+    except ValueError as exc:
+        raise UserError(_shard_message(exc, config)) from None
+
+
+def _shard_message(exc: Exception, config: RunConfig) -> str:
+    return (f"bench sim --learn: {exc} ({config.workers} workers share {config.workload}'s "
+            "training data): use fewer workers, a smaller batch_size, or svm's synthetic data "
+            "with more samples")
+
+
 class Learner:
     """All simulated workers' models, stacked, with the operations protocols apply to them."""
 
@@ -123,10 +139,7 @@ class Learner:
         try:
             first = next(stream)
         except ValueError as exc:
-            raise UserError(
-                f"bench sim --learn: {exc} ({self.n} workers share {self.config.workload}'s "
-                "training data): use fewer workers, a smaller batch_size, or svm's synthetic "
-                "data with more samples") from None
+            raise UserError(_shard_message(exc, self.config)) from None
         return itertools.chain([first], stream)
 
     # -- the model operations protocols use ---------------------------------------------------

@@ -86,6 +86,8 @@ def test_learned_runs_are_evaluated_like_real_ones(tmp_path):
 
 @pytest.mark.parametrize("flags, message", [
     (["--algorithms", "allreduce", "--workloads", "transformer"], "trains mlp-digits, svm"),
+    (["--algorithms", "allreduce", "--workloads", "mlp-digits", "--workers", "100"],
+     "shard has"),
 ])
 def test_what_cannot_learn_is_refused_in_one_line(tmp_path, bench, flags, message):
     args = ["--workloads", "mlp-digits", *flags] if "--workloads" not in flags else flags
