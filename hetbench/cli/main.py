@@ -81,6 +81,10 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
             pace_ms, target, out, launcher, force, dry_run, prepare, network, dilation, wait,
             allow_oversubscribe) -> None:
     """Run a matrix of algorithms x workloads x workers x slowdowns x seeds."""
+    if not (dry_run or prepare) and launcher in (None, "local"):
+        from hetbench.harness.launch.local import start_forkserver_early
+
+        start_forkserver_early()
     from hetbench.harness.matrix import check_writable, from_file_and_flags
 
     spec, configs = from_file_and_flags(

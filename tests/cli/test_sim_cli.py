@@ -97,7 +97,7 @@ def test_sigterm_marks_the_simulation_interrupted_and_a_rerun_replaces_it(tmp_pa
     proc.send_signal(signal.SIGTERM)
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM, output
-    (run_dir,) = out.iterdir()
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]  # beside matrix.json
     summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["status"], summary["cause"]) == ("interrupted", "interrupted by SIGTERM")
     assert summary["simulated"] is True

@@ -13,7 +13,7 @@ from hetbench.core.config import RunConfig
 from hetbench.errors import UserError
 from tests.helpers import events, run_config
 
-CASES = 50
+CASES = 30
 #: Bound on one run's wall time, start-up of 8 ranks on a busy 2-core machine included.
 TIME_BOUND_S = 90
 

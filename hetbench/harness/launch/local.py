@@ -100,6 +100,16 @@ def _forkserver():
     return ctx
 
 
+def start_forkserver_early() -> None:
+    """Start the rank server now, in the background: its imports (torch, torch._dynamo: seconds
+    of CPU) then overlap the command's own work (expanding and checking the matrix imports
+    torch too) instead of following it. The server exits with this process."""
+    import multiprocessing.forkserver
+
+    _forkserver()  # its preload list
+    multiprocessing.forkserver.ensure_running()
+
+
 def _rank_main(run_dir: Path, rank: int, port: int, launcher_pid: int) -> None:
     """Body of a rank's process: its own process group, its own log file, then the worker."""
     # Own process group: Ctrl-C at the terminal reaches only the launcher, which then kills
