@@ -30,7 +30,6 @@ from hetbench.core.registry import ALGORITHMS
 from hetbench.core.signals import interrupted_cause
 from hetbench.core.store import environment, read_json, write_json_atomic
 from hetbench.errors import UserError
-from hetbench.sim.learn import Learner, check_learnable
 from hetbench.sim.model import SimModels, layout
 from hetbench.sim.protocol import Protocol
 from hetbench.sim.sink import EventSink, full_events
@@ -355,7 +354,9 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path,
     run_dir = Path(out_dir) / config.run_id
     # An algorithm it cannot play fails here, before any file exists.
     engine = Engine(config, models, lockstep=lockstep)
-    if config.learn:
+    if config.learn:  # torch and torch.func: imported only by a run that learns
+        from hetbench.sim.learn import Learner, check_learnable
+
         check_learnable(config, engine.protocol)
     _clear_previous(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

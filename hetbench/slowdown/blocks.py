@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-from scipy.special import ndtri
 
 from hetbench.errors import UserError
 from hetbench.slowdown.base import Injector
@@ -106,6 +105,8 @@ class Block(Injector):
 
     def normals(self, workers: np.ndarray, iteration: int) -> np.ndarray:
         """A standard normal draw per worker at `iteration` (inverse CDF of uniforms)."""
+        from scipy.special import ndtri  # a fifth of a second to import: only when drawn
+
         return ndtri(np.clip(self.uniforms(workers, iteration), 1e-300, None))
 
     def static_uniforms(self, count: int, word: int = 0) -> np.ndarray:
