@@ -157,7 +157,7 @@ def test_asynchronous_learning_does_not_depend_on_how_gradients_are_batched(tmp_
     batched together gives the same bits (cnn-cifar10: convolutions, whose kernels for one
     or two models differ from a larger batch's, hence the padding), under prob:5, which
     shuffles the order of events."""
-    from hetbench.sim import engine as engine_module
+    from hetbench.sim import learn as learn_module
     from hetbench.sim.learn import Learner
 
     fields = dict(algorithm=algorithm, workload="cnn-cifar10", workers=6, iterations=8,
@@ -165,17 +165,20 @@ def test_asynchronous_learning_does_not_depend_on_how_gradients_are_batched(tmp_
                   workload_options={"dataset": "digits", "batch_size": 16})
     batched = simulate(RunConfig(**fields), MODELS, tmp_path / "batched")
 
+    made = []
+
     class Alone(Learner):
         def __init__(self, *args):
             super().__init__(*args)
             self.batching = False
+            made.append(self)
 
-    original = engine_module.Learner
-    engine_module.Learner = Alone
+    learn_module.Learner = Alone  # simulate() imports it when a run learns
     try:
         alone = simulate(RunConfig(**fields), MODELS, tmp_path / "alone")
     finally:
-        engine_module.Learner = original
+        learn_module.Learner = Learner
+    assert made, "the run without batching did not use it"
     for a, b in zip(final_models(batched.run_dir, 6), final_models(alone.run_dir, 6),
                     strict=True):
         assert np.array_equal(a, b)

@@ -104,10 +104,21 @@ def start_forkserver_early() -> None:
     """Start the rank server now, in the background: its imports (torch, torch._dynamo: seconds
     of CPU) then overlap the command's own work (expanding and checking the matrix imports
     torch too) instead of following it. The server exits with this process."""
+    import atexit
     import multiprocessing.forkserver
 
     _forkserver()  # its preload list
     multiprocessing.forkserver.ensure_running()
+    # A command that stops early (bad input: one line, exit 2) would otherwise leave the server
+    # importing for seconds after it: the server reads that its parent is gone only once its
+    # imports are done.
+    atexit.register(_stop_forkserver, multiprocessing.forkserver._forkserver._forkserver_pid)
+
+
+def _stop_forkserver(pid: int | None) -> None:
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _rank_main(run_dir: Path, rank: int, port: int, launcher_pid: int) -> None:
