@@ -324,7 +324,7 @@ def waits_summary(all_waits: list[RunWaits]) -> pd.DataFrame:
                 "waited_s": total,
                 "most_waited_on": "" if top is None else w.label(top, slowed),
                 "share_on_it": float(on.iloc[0]) / total if top is not None and total else NAN,
-                "unattributed_s": total - float(on.sum()),
+                "unattributed_s": max(0.0, total - float(on.sum())),  # not -1e-16
                 "slowed": ", ".join(map(str, sorted(slowed))),
             })
         elif w.attributed:
