@@ -34,6 +34,9 @@ def variant_names(runs: Iterable[RunOptions]) -> list[str]:
     names = []
     for algorithm, workload, algo_opts, load_opts in runs:
         varied = values[(algorithm, workload)]
+        if not any(len(seen) > 1 for seen in varied.values()):
+            names.append(algorithm)  # nothing varies: no defaults needed (no algorithm import)
+            continue
         defaults = _defaults(algorithm, workload)
         shown = [f"{key}={_text(value)}"
                  for key, value in sorted(_options(algo_opts, load_opts).items())
