@@ -181,6 +181,10 @@ class AllReduceBackupSim(Protocol):
         self.joined: list[int] = []
         self.server_free = 0.0
         self.live = self.n
+        #: Following a recorded order: the requests that arrived before their turn, and how
+        #: many of the order were taken.
+        self._waiting: set[int] = set()
+        self._taken = 0
 
     def ready(self, w):
         net = self.net
@@ -192,9 +196,40 @@ class AllReduceBackupSim(Protocol):
         # Events run in time order and (without a Cluster) every push flies as long: arrivals
         # keep that order.
         self.server_free = max(self.server_free, arrive) + cpu
+        if (order := self.engine.recorded_order) is not None:
+            self._follow(w, order)
+            return
         if self.pulled[w] != self.version or self.live < self.quorum:
             self._drop(w)
             return
+        self._join(w)
+
+    @classmethod
+    def recorded_order(cls, logs, done):
+        """(worker, joined) in an order of the real aggregator's: update u's gradients after
+        the drops at version u - 1 (a dropped step logs the version it got, a used one the
+        update it made), so every worker's gradient meets the model it met in the real run.
+        Within an update the order of its sum is not logged (rank order here)."""
+        keyed = []
+        for w, steps in logs.items():
+            for k, step in enumerate(steps):
+                joined = not step["dropped"]
+                version = int(step["version"])
+                keyed.append(((version, 1) if joined else (version + 1, 0), k, w, joined))
+        keyed.sort()
+        return [(w, joined) for _, _, w, joined in keyed]
+
+    def _follow(self, w: int, order: list) -> None:
+        """Take requests in the real run's order, each as it was there (joined or dropped),
+        whatever the live count here (the real aggregator learned of finishes later)."""
+        self._waiting.add(w)
+        while self._taken < len(order) and order[self._taken][0] in self._waiting:
+            x, joined = order[self._taken]
+            self._taken += 1
+            self._waiting.discard(x)
+            self._join(x) if joined else self._drop(x)
+
+    def _join(self, w: int) -> None:
         self.joined.append(w)
         if len(self.joined) < self.quorum:
             return
@@ -246,7 +281,7 @@ class AllReduceBackupSim(Protocol):
 
     def finish(self, w, t):
         self.live -= 1
-        if self.live < self.quorum:
+        if self.live < self.quorum and self.engine.recorded_order is None:
             joined, self.joined = self.joined, []
             for x in joined:
                 self._drop(x)

@@ -232,11 +232,43 @@ class PSAsyncSim(Protocol):
         self.pulled = [0] * self.n
         #: When each request scheduled so far is served (non-decreasing: FIFO).
         self._starts: deque[float] = deque()
+        #: Following a recorded order (Engine.recorded_order): the requests that arrived
+        #: before their turn (worker -> arrival), and how many of the order were taken.
+        self._waiting: dict[int, float] = {}
+        self._taken = 0
+
+    @classmethod
+    def recorded_order(cls, logs, done):
+        """The workers in the order the real server took their gradients: a reply carries the
+        server's update count, so step k of worker w was update v(w, k) = v(w, k - 1) + 1 +
+        its staleness (the updates other workers made since w's previous pull)."""
+        taken = []
+        for w, steps in logs.items():
+            version = 0
+            for step in steps:
+                version += 1 + int(step["staleness"])
+                taken.append((version, w))
+        taken.sort()
+        if [version for version, _ in taken] != list(range(1, len(taken) + 1)):
+            raise ValueError("its steps' staleness do not number the server's updates 1..N")
+        return [w for _, w in taken]
 
     def ready(self, w):
+        arrive = self.net.wire(w, self.n, self.model_bytes + 4, self.engine.now)
+        if self.engine.recorded_order is None:
+            self._serve(w, arrive)
+            return
+        # Following a real run's order: a request waits until the server took it there (the
+        # next one in the order always comes: its worker's previous request was taken before).
+        self._waiting[w] = arrive
+        order, now = self.engine.recorded_order, self.engine.now
+        while self._taken < len(order) and order[self._taken] in self._waiting:
+            x = order[self._taken]
+            self._taken += 1
+            self._serve(x, max(self._waiting.pop(x), now))
+
+    def _serve(self, w: int, arrive: float) -> None:
         net = self.net
-        server = self.n
-        arrive = net.wire(w, server, self.model_bytes + 4, self.engine.now)
         starts = self._starts
         while starts and starts[0] <= arrive:
             starts.popleft()
@@ -244,7 +276,7 @@ class PSAsyncSim(Protocol):
         competing = max(self.engine.active - len(starts), 1)
         starts.append(start)
         self.server_free = start + 2 * net.cpu_s * net.share(competing)
-        end = net.wire(server, w, self.model_bytes, self.server_free)
+        end = net.wire(self.n, w, self.model_bytes, self.server_free)
         # Requests are scheduled here in the order the server takes them (FIFO), so this is
         # the update count the reply carries, as the real server's does.
         self.version += 1

@@ -74,7 +74,7 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
                             "too); drop the matrix file, --network and --dilation")
         models = _models(compute_ms=compute_ms, fit_from=fit_from, **model_flags)
         _against(against, models, out or Path("results") / "sim" / "against",
-                 own_cores=model_flags["cores"] is None, wait=wait)
+                 own_cores=model_flags["cores"] is None, wait=wait, learn=learn)
         return
     spec, configs = from_file_and_flags(
         matrix_file, algorithms=algorithms, workloads=workloads, workers=workers,
@@ -187,18 +187,22 @@ def _unless_given(given, fit, scale: float, describe):
 
 
 def _against(real_dir: Path, models, out_dir: Path, own_cores: bool = True,
-             wait: bool = False) -> None:
+             wait: bool = False, learn: bool = False) -> None:
     from hetbench.harness.matrix import check_writable
-    from hetbench.sim.validate import compare_with_real, markdown
+    from hetbench.sim import validate
 
     if not Path(real_dir).is_dir():
         raise UserError(f"--against {real_dir}: no such directory")
     check_writable(out_dir)
     with lock_results(out_dir, "bench sim --against", wait):
-        rows = compare_with_real(real_dir, models, out_dir, own_cores=own_cores)
+        if learn:  # the learning: each real run's math along its own order of events
+            rows = validate.compare_learning_with_real(real_dir, models, out_dir)
+        else:
+            rows = validate.compare_with_real(real_dir, models, out_dir, own_cores=own_cores)
     if not rows:
-        raise UserError(f"--against {real_dir}: no finished real runs there")
-    click.echo(markdown(rows))
+        raise UserError(f"--against {real_dir}: no finished real runs there"
+                        + (" that the learning simulator trains" if learn else ""))
+    click.echo(validate.learning_markdown(rows) if learn else validate.markdown(rows))
 
 
 def _simulate_all(configs, models, out_dir: Path, events: str = "auto") -> None:

@@ -65,11 +65,14 @@ class RankProgress:
     finish: dict[str, Any] = field(default_factory=dict)
     #: This process's CPU seconds from the common start to the end of training.
     train_cpu_s: float | None = None
+    #: The run's common start (common_start_ns), on every rank the same.
+    start_ns: int | None = None
     #: Which backend and device the rank used (Comm.describe).
     transport: dict[str, Any] | None = None
 
     def done_record(self) -> dict[str, Any]:
-        return {"train_cpu_s": self.train_cpu_s, "transport": self.transport, **self.finish}
+        return {"train_cpu_s": self.train_cpu_s, "start_ns": self.start_ns,
+                "transport": self.transport, **self.finish}
 
 
 def pick_device(requested: str, local_rank: int) -> torch.device:
@@ -136,13 +139,14 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous, services: dic
             if rank == 0:
                 Emulator.prepare(run_dir, world_size)
         note(rank, "set up; waiting for the common start")
-        comm.barrier()  # common start: nobody's clock runs during the others' set-up
+        # Nobody's clock runs during the others' set-up, and every rank's runs from the same t0.
+        t0_ns = common_start_ns(comm)
         comm.end_setup()
         if network is not None:  # rank 0's shared file exists now: open it, start under it
             comm.start_network(Emulator.open(run_dir, network, rank))
             note(rank, f"network emulated: {network.describe()}")
         note(rank, "training")
-        t0_ns = time.time_ns()
+        progress.start_ns = t0_ns
         # This process's CPU time (all its threads) while training: what the run cost the cores
         # (summary.json's train_cpu_s, report.csv's cpu_ms_per_iteration).
         cpu0_s = time.process_time()
@@ -205,6 +209,20 @@ def _end_network(comm: Comm, progress: RankProgress) -> None:
         progress.finish["network"] = comm.network.report()
         comm.network.close()
         comm.network = None
+
+
+def common_start_ns(comm: Comm) -> int:
+    """The run's t0, the same on every rank: the moment the last rank was ready (the latest
+    of the clocks every rank reads on arriving, agreed by a MAX all-reduce that is also the
+    barrier before training). Times in the event logs are absolute; those from t0 (snapshot
+    ticks, the target search's step ends, time budgets) place every worker's model on one
+    timeline only if t0 is common. Each rank reading its own clock after the barrier, as
+    before, started the ranks' clocks up to ~80 ms apart when 9 processes shared 2 cores (the
+    host woke them one by one), so an "averaged model at 1 s" mixed models of different real
+    moments: several iterations, and for ps-async dozens of server updates, apart.
+    (float64 holds nanoseconds since the epoch to 256 ns.)"""
+    arrived = torch.tensor([float(time.time_ns())], dtype=torch.float64, device=comm.device)
+    return int(comm.all_reduce_(arrived, ReduceOp.MAX).item())
 
 
 def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, optimizer,

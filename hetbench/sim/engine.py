@@ -39,8 +39,11 @@ class Engine:
     """A heap of timed callbacks and the per-worker state of the harness's training loop."""
 
     def __init__(self, config: RunConfig, models: SimModels, sink: EventSink | None = None,
-                 lockstep: bool = True):
+                 lockstep: bool = True, recorded_order=None):
         self.config = config
+        #: A real run's order of the protocol's order-dependent events, which the protocol
+        #: follows instead of the simulated timeline's (sim/recorded.py), or None.
+        self.recorded_order = recorded_order
         #: Whether run() may play a lockstep protocol an iteration at a time (False: always
         #: event by event, the reference the lockstep tests compare with).
         self.allow_lockstep = lockstep
@@ -346,14 +349,15 @@ class SimResult:
 
 
 def simulate(config: RunConfig, models: SimModels, out_dir: Path,
-             events: str = "auto", lockstep: bool = True) -> SimResult:
+             events: str = "auto", lockstep: bool = True, recorded_order=None) -> SimResult:
     """Simulate `config` and write its run directory `out_dir/<run_id>` (real runs' schema;
     `events`: one of sink.EVENT_MODES; `lockstep` False: event by event even where the protocol
-    could be played an iteration at a time, for the tests that compare the two)."""
+    could be played an iteration at a time, for the tests that compare the two;
+    `recorded_order`: a real run's order of events to follow, sim/recorded.py)."""
     started = time.time()
     run_dir = Path(out_dir) / config.run_id
     # An algorithm it cannot play fails here, before any file exists.
-    engine = Engine(config, models, lockstep=lockstep)
+    engine = Engine(config, models, lockstep=lockstep, recorded_order=recorded_order)
     if config.learn:  # torch and torch.func: imported only by a run that learns
         from hetbench.sim.learn import Learner, check_learnable
 

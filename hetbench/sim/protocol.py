@@ -68,6 +68,14 @@ class Protocol:
     #: asynchronous protocols, whose operations happen in the order events run.
     learns_events = False
 
+    #: recorded_order(logs, done), a classmethod: the order of this protocol's
+    #: order-dependent events in a real run, read from its event logs ({worker: [event line,
+    #: ...]}) and its workers' done records ({worker: done.rank<w>.json}), which the protocol
+    #: then follows when the engine is given it (Engine.recorded_order; ValueError when the
+    #: record does not hold it). None: the record does not determine the real order
+    #: (sim/recorded.py says, per built-in, why). Lockstep protocols need none.
+    recorded_order = None
+
     def ready(self, w: int) -> None:
         self.engine.end_step(w, self.engine.now, 0.0)
 

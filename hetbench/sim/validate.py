@@ -51,6 +51,73 @@ def compare_with_real(real_dir: Path, models: SimModels, out_dir: Path,
     return rows
 
 
+def compare_learning_with_real(real_dir: Path, models: SimModels,
+                               out_dir: Path) -> list[dict[str, Any]]:
+    """One row per ok real run under `real_dir` whose workload the learning simulator trains:
+    its config learned in the simulator along the real run's order of events where its record
+    determines it (sim/recorded.py; lockstep protocols: their iterations), else in the
+    simulation's own order, and how the two runs' ends compare: final accuracy, and the largest
+    difference of a parameter when the real run saved its models (save_models)."""
+    import numpy as np
+
+    from hetbench.core.record import run_dirs
+    from hetbench.errors import UserError
+    from hetbench.sim.engine import simulated_protocol
+    from hetbench.sim.learn import LEARNABLE_WORKLOADS, check_learnable
+    from hetbench.sim.recorded import recorded_order
+
+    rows = []
+    for run_dir in run_dirs(Path(real_dir)):
+        try:
+            summary = read_json(run_dir / "summary.json")
+            config = RunConfig.from_dict({**read_json(run_dir / "config.json"), "learn": True})
+        except (OSError, ValueError):
+            continue
+        if (summary.get("status") != "ok" or summary.get("simulated")
+                or config.workload not in LEARNABLE_WORKLOADS):
+            continue
+        try:
+            check_learnable(config, simulated_protocol(config))
+        except UserError:
+            continue
+        protocol = simulated_protocol(config)
+        order, followed = None, "its iterations" if protocol.lockstep else "recorded"
+        if not protocol.lockstep:
+            try:
+                order = recorded_order(run_dir, config)
+            except UserError:
+                followed = "simulated (not in its record)"
+        learned = simulate(config, models, out_dir, recorded_order=order)
+        difference = None
+        saved = [run_dir / f"model.rank{w}.npy" for w in range(config.workers)]
+        if all(path.exists() for path in saved):
+            difference = max(
+                float(np.abs(np.load(path) - np.load(learned.run_dir / path.name)).max())
+                for path in saved)
+        rows.append({"algorithm": config.algorithm, "workers": config.workers,
+                     "slowdown": config.slowdown, "order": followed,
+                     "real_accuracy": summary.get("final_test_accuracy"),
+                     "learned_accuracy": learned.summary.get("final_test_accuracy"),
+                     "max_parameter_difference": difference})
+    rows.sort(key=lambda r: (r["workers"], r["algorithm"], r["slowdown"]))
+    return rows
+
+
+def learning_markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| algorithm | workers | slowdown | order followed | real final accuracy | "
+             "learned | largest parameter difference |", "|---|---:|---|---|---:|---:|---:|"]
+    for r in rows:
+        difference = r["max_parameter_difference"]
+        lines.append(f"| {r['algorithm']} | {r['workers']} | {r['slowdown']} | {r['order']} | "
+                     f"{_number(r['real_accuracy'])} | {_number(r['learned_accuracy'])} | "
+                     f"{'(models not saved)' if difference is None else f'{difference:.1e}'} |")
+    return "\n".join(lines)
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:.4f}"
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
     """The rows as a markdown table, with the mean absolute error per slowdown below it; for
     emulated runs, each one's fidelity, late share and host idle time beside it."""

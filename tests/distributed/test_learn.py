@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from hetbench.core.config import RunConfig
+from hetbench.errors import UserError
 from hetbench.sim.engine import simulate
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels
+from hetbench.sim.recorded import learn_along, recorded_order
 from tests.helpers import final_models, run_config
 
 MODELS = SimModels(NetworkModel(alpha_s=20e-6, beta_bytes_per_s=1.25e9), ComputeModel())
@@ -274,3 +276,38 @@ def test_a_lockstep_protocol_learns_the_same_when_played_event_by_event(tmp_path
                     strict=True):
         np.testing.assert_array_equal(a, b)
     assert events.summary["train_wall_s"] != lockstep.summary["train_wall_s"]
+
+
+@pytest.mark.parametrize("algorithm, options", [
+    ("ps-async", {}), ("allreduce-backup", {"backup_workers": 1}),
+    ("prague-smart", {"group_size": 2})])
+def test_learning_along_a_real_runs_recorded_order_ends_with_its_models(tmp_path, bench,
+                                                                       algorithm, options):
+    """An asynchronous protocol whose record determines its order (sim/recorded.py) learns
+    along it: the real run's final models (allreduce-backup's sums run in another order: to
+    float rounding), where the simulation's own order of events ends elsewhere; `bench sim
+    --against --learn` says so."""
+    fields = dict(algorithm=algorithm, workload="mlp-digits", workers=4, iterations=30,
+                  warmup_iterations=2, pace_ms=5, seed=2, save_models=True, slowdown="prob:5",
+                  algorithm_options=options, workload_options={"momentum": 0.9})
+    real = run_config(tmp_path / "real", **fields)
+    assert real["status"] == "ok", real["cause"]
+    followed = learn_along(tmp_path / "real", MODELS, tmp_path / "followed")
+    own_order = simulate(RunConfig(learn=True, **fields), MODELS, tmp_path / "own")
+    real_models = final_models(tmp_path / "real", 4)
+    for a, b in zip(real_models, final_models(followed.run_dir, 4), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert any(np.abs(a - b).max() > 1e-3
+               for a, b in zip(real_models, final_models(own_order.run_dir, 4), strict=True))
+    if algorithm == "ps-async":  # the CLI's table, once
+        said = bench("sim", "--against", tmp_path / "real", "--learn", "--out", tmp_path / "cli")
+        assert said.returncode == 0, said.stderr
+        row = next(line for line in said.stdout.splitlines() if line.startswith("| ps-async"))
+        assert "| recorded |" in row and row.endswith("| 0.0e+00 |"), said.stdout
+
+
+def test_a_protocol_whose_record_lacks_its_order_is_refused_in_one_line(tmp_path):
+    config = RunConfig(algorithm="adpsgd", workload="mlp-digits", workers=4, iterations=8,
+                       warmup_iterations=2, pace_ms=5, seed=2)
+    with pytest.raises(UserError, match="does not determine its order of events"):
+        recorded_order(tmp_path, config)

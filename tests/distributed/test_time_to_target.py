@@ -7,7 +7,7 @@ import pytest
 from hetbench.reports.load import load_evals, load_runs
 from hetbench.reports.tables import time_to_target_table
 from hetbench.reports.targets import parse_target
-from tests.helpers import run_config, summary
+from tests.helpers import events, run_config, summary
 
 COMMON = dict(algorithm="allreduce", workload="mlp-digits", workers=2, iterations=120,
               warmup_iterations=2, target="accuracy:0.8")
@@ -70,3 +70,21 @@ def test_a_batch_norm_model_is_scored_with_the_workers_averaged_statistics(tmp_p
     assert snapshots[0]["test_loss"] > 2.0 > 1.0 > done["final_test_loss"]  # chance is 2.30
     target = _target_record(tmp_path)
     assert target["test_loss"] <= 1.0 and target["moment"] == "step end"
+
+
+def test_every_rank_times_the_run_from_one_common_start(tmp_path):
+    """Times from t0 (evaluation ticks, the target search's step ends) put every worker's model
+    on one timeline: every rank's t0 is the same, so the moment the search reports is one
+    moment of the real run, at which each worker had ended the steps its absolute event times
+    say. (Each rank's own clock after the barrier started up to ~80 ms apart on 2 cores.)"""
+    done = run_config(tmp_path, algorithm="ps-async", workload="mlp-digits", workers=8,
+                      iterations=80, warmup_iterations=2, pace_ms=10, seed=1,
+                      target="accuracy:0.8")
+    assert done["status"] == "ok", done["cause"]
+    starts = {json.loads((tmp_path / f"done.rank{r}.json").read_text())["start_ns"]
+              for r in range(9)}  # the server's too
+    assert len(starts) == 1
+    moment_ns = starts.pop() + _target_record(tmp_path)["wall_s"] * 1e9
+    logs = events(tmp_path, 8)
+    ended = [sum(e["t_end"] <= moment_ns + 1_000 for e in logs[r]) for r in range(8)]
+    assert _target_record(tmp_path)["iteration"] == pytest.approx(sum(ended) / 8)

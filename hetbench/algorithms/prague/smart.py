@@ -18,12 +18,13 @@ the worker's last iteration and are counted in done.rank<r>.json.
 from __future__ import annotations
 
 import contextlib
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from hetbench.algorithms.prague.common import PragueBase, PragueOptions
-from hetbench.algorithms.prague.generator import GroupGenerator
+from hetbench.algorithms.prague.generator import Group, GroupGenerator
 from hetbench.core.options import opt
 from hetbench.core.store import SERVICE_CPU_FILE
 from hetbench.errors import UserError
@@ -137,7 +138,11 @@ class PragueGeneratedSim(Protocol):
         super().__init__(engine)
         cls = engine.config.algorithm_class()
         spec = cls.generator_spec(self.config, self.n)
-        self.gg = GroupGenerator(self.n, spec.pop("group_size"), seed=engine.config.seed, **spec)
+        if engine.recorded_order is not None:  # a real run's groups (sim/recorded.py)
+            self.gg = RecordedGroups(engine.recorded_order)
+        else:
+            self.gg = GroupGenerator(self.n, spec.pop("group_size"), seed=engine.config.seed,
+                                     **spec)
         # One way from each worker to the server (on rank 0's node); a round trip is twice.
         self.rpc = [self.net.rpc_one_way(w) for w in range(self.n)]
         self.service = self.net.gg_request_s
@@ -161,6 +166,30 @@ class PragueGeneratedSim(Protocol):
         return self.gg.request(w, served), self.gg_free + self.rpc[w]
 
     learns_events = True
+
+    @classmethod
+    def recorded_order(cls, logs, done):
+        """Each worker's groups in the order it took them: its steps' (logged with their id),
+        then those it drained in finish(), which only the other members logged: the groups
+        with w that w did not log, in id order (the generator queues a worker's groups in the
+        order it made them). A group every member drained is in no log; the done records'
+        counts of drained groups say whether one is missing (ValueError)."""
+        members, logged = {}, {}
+        for w, steps in logs.items():
+            logged[w] = [int(step["group_id"]) for step in steps]
+            for step in steps:
+                members[int(step["group_id"])] = tuple(step["group"])
+        sequences = {}
+        for w in logs:
+            own = set(logged[w])
+            drained = sorted(g for g, group in members.items() if w in group and g not in own)
+            averaged = sum(len(set(members[g])) > 1 for g in drained)
+            if averaged != done[w].get("averagings_after_training", 0):
+                raise ValueError(f"worker {w} drained {done[w].get('averagings_after_training')} "
+                                 f"groups after training; the other members' logs name "
+                                 f"{averaged}")
+            sequences[w] = [Group(g, members[g]) for g in logged[w] + drained]
+        return sequences
 
     def ready(self, w):
         if (learner := self.engine.learner) is not None:
@@ -198,3 +227,24 @@ class PragueGeneratedSim(Protocol):
             return
         if self.meetings.join(group.id, group.members, w, reply, None):
             self._fields.pop(group.id, None)
+
+
+class RecordedGroups:
+    """The Group Generator's answers in a real run, from its record (PragueGeneratedSim.
+    recorded_order): each worker gets the groups it got there, in that order."""
+
+    def __init__(self, sequences: dict[int, list[Group]]):
+        self.queues = {w: deque(groups) for w, groups in sequences.items()}
+        self.done: set[int] = set()
+
+    def request(self, worker: int, now: float | None = None) -> Group | None:
+        queue = self.queues[worker]
+        if worker in self.done:
+            return queue.popleft() if queue else None
+        if not queue:
+            raise RuntimeError(f"worker {worker} asked for more groups than the real run gave it")
+        return queue.popleft()
+
+    def finish(self, worker: int) -> int:
+        self.done.add(worker)
+        return len(self.queues[worker])
