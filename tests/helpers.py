@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import multiprocessing
+import os
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,14 @@ import numpy as np
 from hetbench.core.config import RunConfig
 from hetbench.core.store import read_jsonl
 from hetbench.harness.launch.local import LocalLauncher
+
+
+def rotation_day() -> int:
+    """The day of the year (HETBENCH_TEST_DAY overrides it). Suites too long to run whole in
+    CI (random stress cases, fault x algorithm, signal x launcher) run today's share of their
+    cases, chosen by it: successive days cover all of them, and a failure is replayed by
+    setting HETBENCH_TEST_DAY to the failing day's (the test ids name the cases too)."""
+    return int(os.environ.get("HETBENCH_TEST_DAY") or datetime.date.today().timetuple().tm_yday)
 
 
 def run_config(run_dir: Path, **fields: Any) -> dict[str, Any]:

@@ -23,10 +23,12 @@ from hetbench.harness.launch.local import LocalLauncher
 from tests.distributed.test_faults import BOUND_S, assert_no_survivors
 from tests.distributed.test_launchers import HAVE_MPI
 from tests.distributed.test_signals import GONE_S, TAG_ENV, gone_within
+from tests.helpers import rotation_day
 
-#: CI runs 8 (about 35 s on 2 cores; 25, 15, then 12, until the suite passed 20 minutes);
+#: CI runs 6 (about 30 s on 2 cores; 25, 15, 12, then 8, until the suite passed 20 minutes),
+#: different ones each day (their generator is seeded with tests.helpers.rotation_day);
 #: BENCHMARKS.md's tally is HETBENCH_CHAOS_RUNS=100.
-RUNS = int(os.environ.get("HETBENCH_CHAOS_RUNS", "8"))
+RUNS = int(os.environ.get("HETBENCH_CHAOS_RUNS", "6"))
 ALGORITHMS = ["adpsgd", "prague-smart", "hop"]
 EXPECTED_CAUSE = {
     "crash": ("raised InjectedFault",),
@@ -55,7 +57,7 @@ def random_run(rng: np.random.Generator, index: int) -> dict:
 @pytest.mark.slow
 @pytest.mark.timeout(1500)  # 100 real runs take about 6 minutes on 2 cores
 def test_chaos(tmp_path):
-    rng = np.random.default_rng(20261122)
+    rng = np.random.default_rng([20261122, rotation_day()])
     tally = {"runs": 0, "hangs": 0, "ok": 0, "failed_with_correct_cause": 0,
              "wrong_outcome": [], "lost_records": 0, "max_run_s": 0.0}
     for index in range(RUNS):

@@ -2,14 +2,13 @@
 
 Each case draws a world size (2-8), a slowdown, a seed, a budget (iterations, or wall seconds so
 workers stop at different iterations) and the algorithm's options from a seeded generator, so a
-failing case is replayed by its id alone (`-k "finishes[137]"` with HETBENCH_STRESS_DAY set as
-the failing run's was, or `HETBENCH_STRESS_CASES=137`).
+failing case is replayed by its id alone (`HETBENCH_STRESS_CASES=137`, or `-k "finishes[137]"`
+with HETBENCH_TEST_DAY set to the failing run's day).
 
-Each suite runs CASES of them, a different window of a pool of POOL each day (the day of the
-year picks it), so successive CI runs cover the whole pool while each one stays short.
+Each suite runs CASES of them, a different window of a pool of POOL each day
+(tests.helpers.rotation_day), so successive CI runs cover the whole pool while each stays short.
 """
 
-import datetime
 import os
 
 import numpy as np
@@ -18,7 +17,7 @@ import pytest
 from hetbench.algorithms import topologies
 from hetbench.core.config import RunConfig
 from hetbench.errors import UserError
-from tests.helpers import events, run_config
+from tests.helpers import events, rotation_day, run_config
 
 CASES = 20
 POOL = 400
@@ -26,11 +25,10 @@ POOL = 400
 
 def todays_cases() -> list[int]:
     """The indices this suite runs: HETBENCH_STRESS_CASES (comma-separated) when set, else
-    today's window of the pool (HETBENCH_STRESS_DAY overrides the day of the year)."""
+    today's window of the pool."""
     if chosen := os.environ.get("HETBENCH_STRESS_CASES"):
         return [int(index) for index in chosen.split(",")]
-    day = int(os.environ.get("HETBENCH_STRESS_DAY") or datetime.date.today().timetuple().tm_yday)
-    start = (day * CASES) % POOL
+    start = (rotation_day() * CASES) % POOL
     return list(range(start, start + CASES))
 #: Bound on one run's wall time, start-up of 8 ranks on a busy 2-core machine included.
 TIME_BOUND_S = 90

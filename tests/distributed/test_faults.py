@@ -12,7 +12,7 @@ import pytest
 
 from hetbench.core.registry import ALGORITHMS
 from hetbench.errors import UserError
-from tests.helpers import run_config
+from tests.helpers import rotation_day, run_config
 
 #: A failure must end the whole run within this many seconds (issue: 60 s).
 BOUND_S = 60
@@ -71,12 +71,16 @@ FAULTS = ("crash", "sigkill", "hang")
 
 
 def _params(names, fault: str):
-    """QUICK's algorithms meet every fault; each other algorithm meets one of the three, in
-    turn (by registry order), so that every algorithm is hit by a fault and every fault hits
-    algorithms of every kind, at a third of the runs (each a real 4-rank world, 7-20 s; the
-    launcher, not the algorithm, ends a failed run, so the full cross product bought little)."""
-    others = [n for n in names if n not in QUICK]
-    mine = [n for i, n in enumerate(others) if FAULTS[i % len(FAULTS)] == fault]
+    """QUICK's algorithms meet every fault. Of the others, half meet a fault each day
+    (tests.helpers.rotation_day: the halves alternate), each one of the three in turn, shifted
+    every other day: every algorithm meets a fault every two days and every fault in six, and
+    every fault hits algorithms of every kind each day, at a sixth of the cross product's runs
+    (each a real 4-rank world, 4-9 s; the launcher, not the algorithm, ends a failed run, so
+    the full cross product bought little)."""
+    day = rotation_day()
+    others = [n for i, n in enumerate(n for n in names if n not in QUICK) if i % 2 == day % 2]
+    mine = [n for i, n in enumerate(others)
+            if FAULTS[(i + day // 2) % len(FAULTS)] == fault]
     return [pytest.param(n, marks=() if n in QUICK else pytest.mark.slow)
             for n in names if n in QUICK or n in mine]
 

@@ -19,6 +19,7 @@ import pytest
 
 from tests.distributed.test_faults import _training_run, alive, rank_pids
 from tests.distributed.test_launchers import needs_mpi
+from tests.helpers import rotation_day
 
 #: Every process of the run must be gone this soon after bench is stopped.
 GONE_S = 10
@@ -124,10 +125,17 @@ def test_sigkill_to_bench_leaves_no_process_and_the_rerun_says_so(tmp_path, benc
     assert len(list((out / ".attempts").iterdir())) == 1
 
 
-@pytest.mark.slow  # four runs of 20-30 s each (the tools start every rank from scratch)
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
-@pytest.mark.parametrize(("launcher", "algorithm"), [
-    ("torchrun", "hop"), pytest.param("mpi", "hop", marks=needs_mpi)])
+#: Each day one launcher meets SIGTERM and the other SIGKILL, crossed the next day
+#: (tests.helpers.rotation_day): two runs of 15-20 s a day instead of four.
+_DAYS_SIGNALS = ((signal.SIGTERM, signal.SIGKILL), (signal.SIGKILL, signal.SIGTERM))[
+    rotation_day() % 2]
+
+
+@pytest.mark.slow  # runs of 15-20 s each (the tools start every rank from scratch)
+@pytest.mark.parametrize(("launcher", "algorithm", "sig"), [
+    pytest.param("torchrun", "hop", _DAYS_SIGNALS[0], id=f"torchrun-hop-{_DAYS_SIGNALS[0].name}"),
+    pytest.param("mpi", "hop", _DAYS_SIGNALS[1], id=f"mpi-hop-{_DAYS_SIGNALS[1].name}",
+                 marks=needs_mpi)])
 def test_signals_under_torchrun_and_mpirun(tmp_path, bench_cmd, cli_env, launcher, algorithm,
                                            sig):
     """torchrun's agent and mpirun sit between bench and the ranks, in a session of their own:
