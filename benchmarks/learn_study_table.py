@@ -1,0 +1,78 @@
+"""Issue 37's world-size study as tables: throughput and time to target side by side.
+
+    .venv/bin/python benchmarks/learn_study_table.py results/learn-scale-study
+
+reads the learned simulations of matrices/learn-scale-study.toml (`bench sim` into that
+directory) and prints, per slowdown, one row per algorithm and one column per world size:
+"T x / R x (I)", T the throughput relative to All-Reduce's in the same cell, R All-Reduce's
+time to the matrix's target divided by the algorithm's (above 1: it gets there sooner), I the
+mean iteration at which it met the target; "not met (acc)" with its final accuracy when it did
+not. The two ratios disagree exactly when an algorithm needs more (or fewer) iterations than
+All-Reduce: where consensus or staleness eats (or adds to) its speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def load(results: Path) -> dict[tuple[str, int, str], dict]:
+    cells = {}
+    for run_dir in sorted(p for p in results.iterdir() if (p / "summary.json").exists()):
+        summary = json.loads((run_dir / "summary.json").read_text())
+        config = json.loads((run_dir / "config.json").read_text())
+        if summary.get("status") != "ok":
+            continue
+        target = None
+        if (run_dir / "eval.jsonl").exists():
+            for line in (run_dir / "eval.jsonl").read_text().splitlines():
+                record = json.loads(line)
+                if record.get("kind") == "target":
+                    target = record
+                    break
+        cells[(config["algorithm"], config["workers"], config["slowdown"])] = {
+            "throughput": summary["throughput"], "accuracy": summary.get("final_test_accuracy"),
+            "target_s": target and target["wall_s"], "target_it": target and target["iteration"]}
+    return cells
+
+
+def table(cells: dict, slowdown: str) -> str:
+    sizes = sorted({w for (_, w, s) in cells if s == slowdown})
+    algorithms = sorted({a for (a, _, s) in cells if s == slowdown},
+                        key=lambda a: (a != "allreduce", a))
+    lines = ["| algorithm | " + " | ".join(f"{w} workers" for w in sizes) + " |",
+             "|---|" + "---|" * len(sizes)]
+    for algorithm in algorithms:
+        row = []
+        for w in sizes:
+            cell, base = cells.get((algorithm, w, slowdown)), cells.get(("allreduce", w, slowdown))
+            if cell is None or base is None:
+                row.append("")
+                continue
+            throughput = cell["throughput"] / base["throughput"]
+            if cell["target_s"] is None:
+                row.append(f"{throughput:.2f}x / not met ({cell['accuracy']:.3f})")
+            elif base["target_s"] is None:
+                row.append(f"{throughput:.2f}x / ({cell['target_it']:.0f})")
+            else:
+                speedup = base["target_s"] / cell["target_s"]
+                row.append(f"{throughput:.2f}x / {speedup:.2f}x ({cell['target_it']:.0f})")
+        lines.append(f"| {algorithm} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", type=Path)
+    args = parser.parse_args()
+    cells = load(args.results)
+    for slowdown in sorted({s for (_, _, s) in cells}):
+        print(f"\n**{slowdown}** (throughput / time-to-target speedup over All-Reduce, "
+              "(iterations to target))\n")
+        print(table(cells, slowdown))
+
+
+if __name__ == "__main__":
+    main()
