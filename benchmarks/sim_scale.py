@@ -4,6 +4,8 @@ second of one simulated run per algorithm, each in a process of its own.
     .venv/bin/python benchmarks/sim_scale.py --workers 1024 --iterations 1000
     .venv/bin/python benchmarks/sim_scale.py --workers 16384 --iterations 200 \
         --algorithms prague-smart,hop
+    .venv/bin/python benchmarks/sim_scale.py --matrix matrices/learn-scale.toml \
+        --workers 1024 --iterations 1000 --slowdown none    # learned: svm, evaluations
 
 Setting (issue 20): matrices/sim-scale.toml's workload (ResNet-18's real messages, emulated
 100 ms compute) under prob:5, seed 1. The wall time is the whole `bench sim` command (start-up,
@@ -46,7 +48,7 @@ ALGORITHMS = ("allreduce", "allreduce-backup", "ps-sync", "ps-async", "dpsgd", "
 def simulate(algorithm: str, args: argparse.Namespace, out: str,
              tree: Path | None = None) -> dict:
     """One `bench sim` process; `tree`: run that checkout's hetbench (PYTHONPATH) instead."""
-    command = [str(BENCH), "sim", str(ROOT / "matrices" / "sim-scale.toml"),
+    command = [str(BENCH), "sim", str(args.matrix),
                "--algorithms", algorithm, "--workers", str(args.workers),
                "--iterations", str(args.iterations), "--slowdown", args.slowdown,
                "--seeds", "1", "--out", out]
@@ -121,6 +123,9 @@ def main() -> None:
     parser.add_argument("--slowdown", default="prob:5")
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS))
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks"))
+    parser.add_argument("--matrix", type=Path, default=ROOT / "matrices" / "sim-scale.toml",
+                        help="the matrix whose workload (and learn, target) every run plays; "
+                             "matrices/learn-scale.toml: issue 37's learned speed goal")
     parser.add_argument("--compare", type=Path, metavar="TREE",
                         help="another checkout (e.g. a git worktree of an older commit): CPU "
                              "time of its bench sim against this one's, alternating")
@@ -144,10 +149,12 @@ def main() -> None:
           + ("; the machine drifted during the sitting" if abs(drift) > 0.15 else ""), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     kind = "sim_scale" if args.compare is None else "sim_compare"
-    path = args.out / f"{kind}-{args.workers}x{args.iterations}.json"
+    matrix = "" if args.matrix.stem == "sim-scale" else f"{args.matrix.stem}-"
+    path = args.out / f"{kind}-{matrix}{args.workers}x{args.iterations}.json"
     path.write_text(json.dumps({
         "benchmark": kind, "workers": args.workers, "iterations": args.iterations,
-        "slowdown": args.slowdown, "runs": rows, **compared, "command": " ".join(sys.argv),
+        "slowdown": args.slowdown, "matrix": str(args.matrix), "runs": rows, **compared,
+        "command": " ".join(sys.argv),
         "reference_s": {"before": reference_before, "after": reference_after},
         "time": datetime.datetime.now().isoformat()}, indent=1))
     print(f"-> {path}")

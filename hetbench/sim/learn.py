@@ -40,6 +40,7 @@ from hetbench.core.config import RunConfig
 from hetbench.core.store import EventLog
 from hetbench.core.target import parse_target
 from hetbench.errors import UserError
+from hetbench.workloads.data import ShardedBatches
 
 #: Workloads whose models the learning simulator trains (small models on data that ships).
 LEARNABLE_WORKLOADS = ("mlp-digits", "svm", "cnn-cifar10")
@@ -108,6 +109,12 @@ class Learner:
                        for name, p in self.model.named_parameters()}
         self._momentum_buffers: dict[str, torch.Tensor] | None = None
         self._streams = [self._stream(w) for w in range(n)]
+        #: When every worker's stream indexes the same tensors (data.ShardedBatches), their
+        #: batches are gathered in one indexing per gradient batch: (x, y), else None.
+        first = self._streams[0]
+        self._gather = ((first.x, first.y) if all(
+            isinstance(s, ShardedBatches) and s.x is first.x and s.y is first.y
+            for s in self._streams) else None)
         self._gradients = vmap(grad(self._loss))
         self.records: list[dict[str, Any]] = []
         self._next_tick = 0
@@ -137,6 +144,9 @@ class Learner:
         is bad input, said before the run starts."""
         stream = self.workload.train_batches(worker, self.n)
         try:
+            if isinstance(stream, ShardedBatches):
+                stream.check()
+                return stream
             first = next(stream)
         except ValueError as exc:
             raise UserError(_shard_message(exc, self.config)) from None
@@ -159,8 +169,12 @@ class Learner:
         convolutions give other bits; measured), so a batch is padded with copies of its last
         row to at least MIN_BATCH: a worker's gradient is then the same bits whatever else was
         in its batch (each row's result depends only on its own model and data)."""
-        xs, ys = zip(*(next(self._streams[w]) for w in rows), strict=True)
-        x, y = torch.stack(xs), torch.stack(ys)
+        if self._gather is not None:  # the same batches, one indexing for all of them
+            index = torch.from_numpy(np.stack([self._streams[w].next_indices() for w in rows]))
+            x, y = self._gather[0][index], self._gather[1][index]
+        else:
+            xs, ys = zip(*(next(self._streams[w]) for w in rows), strict=True)
+            x, y = torch.stack(xs), torch.stack(ys)
         if rows == list(range(self.n)):
             params = self.params
         else:
