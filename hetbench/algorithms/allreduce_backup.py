@@ -209,7 +209,7 @@ class AllReduceBackupSim(Protocol):
         """(worker, joined) in an order of the real aggregator's: update u's gradients after
         the drops at version u - 1 (a dropped step logs the version it got, a used one the
         update it made), so every worker's gradient meets the model it met in the real run.
-        Within an update the order of its sum is not logged (rank order here)."""
+        Within an update the order of its sum is not logged (here: by iteration, then rank)."""
         keyed = []
         for w, steps in logs.items():
             for k, step in enumerate(steps):
@@ -227,7 +227,10 @@ class AllReduceBackupSim(Protocol):
             x, joined = order[self._taken]
             self._taken += 1
             self._waiting.discard(x)
-            self._join(x) if joined else self._drop(x)
+            if joined:
+                self._join(x)
+            else:
+                self._drop(x)
 
     def _join(self, w: int) -> None:
         self.joined.append(w)
