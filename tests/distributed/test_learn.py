@@ -311,3 +311,25 @@ def test_a_protocol_whose_record_lacks_its_order_is_refused_in_one_line(tmp_path
                        warmup_iterations=2, pace_ms=5, seed=2)
     with pytest.raises(UserError, match="does not determine its order of events"):
         recorded_order(tmp_path, config)
+
+
+def test_one_meetings_average_is_the_general_paths_bits(tmp_path):
+    """Event-by-event protocols average one group at a time on its members' rows only; the
+    same bits as the path that averages every group of an iteration over all rows."""
+    import random
+
+    from hetbench.sim.learn import Learner
+
+    config = RunConfig(algorithm="prague-smart", workload="mlp-digits", workers=16,
+                       iterations=5, warmup_iterations=1, pace_ms=5, seed=3, learn=True)
+    one, general = Learner(config, tmp_path / "a"), Learner(config, tmp_path / "b")
+    for learner in (one, general):  # models apart, as after some local steps
+        learner.sgd_step(learner.gradients())
+    rng = random.Random(1)
+    for _ in range(20):
+        members = tuple(rng.sample(range(16), rng.randint(2, 5)))
+        one.average_groups([members])
+        general.average_groups([members, (members[0],)])  # a lone worker: nothing to average
+        for name in one.params:
+            assert torch.equal(one.params[name], general.params[name])
+    assert not torch.equal(one.params[name][0], one.params[name][1])
