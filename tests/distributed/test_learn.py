@@ -100,6 +100,14 @@ def test_what_cannot_learn_is_refused_in_one_line(tmp_path, bench, flags, messag
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
 
 
+def test_against_without_learnable_real_runs_is_one_line(tmp_path, bench):
+    (tmp_path / "real").mkdir()
+    result = bench("sim", "--against", tmp_path / "real", "--learn", "--out", tmp_path / "out")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.strip() == (f"error: --against {tmp_path / 'real'}: no finished real "
+                                     "runs there that the learning simulator trains")
+
+
 def test_bench_run_refuses_a_learning_matrix(tmp_path, bench):
     matrix = tmp_path / "m.toml"
     matrix.write_text('algorithms = ["allreduce"]\nworkloads = ["mlp-digits"]\nworkers = [2]\n'
