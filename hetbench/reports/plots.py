@@ -123,6 +123,7 @@ def headline_plot(throughput: pd.DataFrame, time_to_target: pd.DataFrame, path: 
                           fontsize=8)
             ax.set_ylabel(label, fontsize=8)
             ax.set_title(f"{workload}, {workers} workers", fontsize=9)
-    fig.legend(title="slowdown", loc="outside right upper", fontsize=8, frameon=False)
+    if labelled:  # no bar at all (every value missing): no legend, and no matplotlib warning
+        fig.legend(title="slowdown", loc="outside right upper", fontsize=8, frameon=False)
     fig.savefig(path)
     return path
