@@ -1,4 +1,5 @@
-"""Where an iteration's compute ends: the pace floor and the injected slowdown apply there.
+"""Where an iteration's compute ends: the pace floor and the injected slowdown apply there; and
+when, on the device's clock, the iteration's parts began and ended.
 
 A slowdown factor k turns a worker's compute time c into k * c, so c must be compute alone.
 Most algorithms communicate after backward, and the harness ends compute right after it. torch
@@ -11,22 +12,38 @@ baseline run). Such an algorithm calls ctx.end_compute() from its communication 
 the last communication starts; the harness's own call after backward then does nothing.
 
 On a GPU, kernels run after the host has queued them: a host clock read at a boundary measures
-launches, not compute, unless the host first waits for the queued work. Both boundaries wait for
-the device's compute stream (`synchronize`), so compute time, the pace floor and the slowdown
-(k times compute) hold on CUDA as on CPU. The stream, not the whole device: communication on
-a stream of its own (NCCL's, inside DDP's backward) may still be waiting for a peer, and that
-is not compute.
+launches, not compute. Earlier the harness waited for the device's stream at every boundary
+(three times an iteration); each wait empties the GPU's queue, and the host's next launches
+then find it idle: ResNet-18 at batch 128 ran at 0.905x a plain DDP loop on an H200 (issue 44).
+Now the boundaries are CUDA events on the compute stream (`CudaClock`), read once they have
+happened, an iteration or two later (`IterationTimes`): the event line of an iteration is
+written then. Only an iteration that needs its compute time at once waits, and only for its own
+compute (the end event, not the whole device): one with a pace floor (compute is padded up to
+it) or one the slowdown slows (its sleep is (k - 1) x its compute). A slowed or paced GPU then
+idles during the sleep in any case, as the slow worker it emulates; what the wait adds is the
+restart's launch latency. Events are placed on the host's clock by an anchor, an event recorded
+on the drained stream at a known host time, renewed every ANCHOR_S seconds (one stream wait a
+second), so that event times stay within microseconds of the host's (the clocks drift apart at
+parts per million).
+
+Times recorded follow the synchronizing definition exactly: an iteration starts when the host
+begins it or the stream finishes earlier work, whichever is later; compute ends when the host
+called the end and the stream finished the compute; the step ends when the host returned from
+it and the stream finished the step's own device work.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
+#: Seconds between the anchors that place CUDA events on the host clock (CudaClock).
+ANCHOR_S = 1.0
 
-def stream_synchronizer(device: torch.device) -> Callable[[], None]:
+
+def stream_synchronizer(device: torch.device):
     """A call that returns once the work queued on `device`'s current stream is done; a no-op
     on CPU, where an operation is done when it returns."""
     if device.type != "cuda":
@@ -34,19 +51,93 @@ def stream_synchronizer(device: torch.device) -> Callable[[], None]:
     return lambda: torch.cuda.current_stream(device).synchronize()
 
 
+@dataclass
+class IterationTimes:
+    """One iteration's boundaries on the host clock (ns) and its compute and slowdown (s)."""
+
+    t_start_ns: int
+    t_sync_ns: int
+    t_end_ns: int
+    compute_s: float
+    slowdown_s: float
+
+
+class _Marks:
+    """What the host knew at each boundary of one iteration: its clock there, and on CUDA the
+    event recorded there (None on CPU, or where the host waited, which makes its clock the
+    boundary itself)."""
+
+    def __init__(self, host_start_ns: int, start_event):
+        self.host_start_ns, self.start_event = host_start_ns, start_event
+        self.host_compute_ns = self.compute_event = None
+        #: Set when the host waited for compute (pace, slowdown): then exact already.
+        self.compute_s: float | None = None
+        self.t_start_ns: int | None = None
+        self.slowdown_s = 0.0
+        self.host_sync_ns: int | None = None
+        self.host_end_ns = self.end_event = None
+
+
+class CudaClock:
+    """CUDA events on the current stream of `device`, placed on the host clock by anchors."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._anchor_event = None
+        self._anchor_ns = 0
+        #: Stream waits made to anchor the clock (the only full waits of an iteration that
+        #: needs no compute time at once).
+        self.anchors = 0
+
+    def mark(self, host_ns: int, renew: bool = False):
+        """An event recorded now on the stream; with `renew`, renews the anchor first when it
+        is due (at an iteration's start, never inside one)."""
+        if renew and (self._anchor_event is None
+                      or host_ns - self._anchor_ns > ANCHOR_S * 1e9):
+            torch.cuda.current_stream(self.device).synchronize()
+            self._anchor_event = self._event()
+            self._anchor_ns = time.time_ns()
+            self.anchors += 1
+        return self._event()
+
+    def _event(self):
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(self.device))
+        return event
+
+    def host_ns(self, event, anchor) -> int:
+        """When `event` happened on the host clock (both events have happened)."""
+        anchor_event, anchor_ns = anchor
+        return anchor_ns + round(anchor_event.elapsed_time(event) * 1e6)
+
+    @property
+    def anchor(self):
+        return self._anchor_event, self._anchor_ns
+
+
 class ComputeEnd:
-    """One per worker; begin() at each iteration's start, then call it once compute is over."""
+    """One per worker; begin() at each iteration's start, call it once compute is over, and
+    step_done() after the step: its IterationTimes, resolved at once on CPU and once the
+    device has reached them on CUDA (PendingTimes)."""
 
     def __init__(self, injector, rank: int, pace_s: float, device: torch.device | None = None):
         self._injector, self._rank, self._pace_s = injector, rank, pace_s
-        #: Waits for the device's queued work (stream_synchronizer): before every clock read.
-        self.synchronize = stream_synchronizer(device or torch.device("cpu"))
+        device = device or torch.device("cpu")
+        #: None on CPU, where an operation is done when it returns.
+        self.clock = CudaClock(device) if device.type == "cuda" else None
+        #: Waits for the device's queued work (the benchmarks' own loops use it).
+        self.synchronize = stream_synchronizer(device)
+        #: Iterations that waited for their compute at once (pace or slowdown).
+        self.compute_waits = 0
+        self._marks: _Marks | None = None
         self._ended = True
 
     def begin(self, iteration: int, elapsed_s: float) -> None:
         self._iteration, self._elapsed_s = iteration, elapsed_s
-        self.synchronize()  # what was queued before is not this iteration's compute
-        self.t_start_ns = time.time_ns()
+        host_ns = time.time_ns()
+        event = None if self.clock is None else self.clock.mark(host_ns, renew=True)
+        self._marks = _Marks(host_ns, event)
+        self._anchor = None if self.clock is None else self.clock.anchor
         self._ended = False
 
     def __call__(self) -> None:
@@ -54,15 +145,68 @@ class ComputeEnd:
         if self._ended:
             return
         self._ended = True
-        self.synchronize()
-        compute_s = (time.time_ns() - self.t_start_ns) / 1e9
+        marks = self._marks
+        factor = self._injector.factor(self._rank, self._iteration, self._elapsed_s)
+        if self.clock is not None:
+            marks.compute_event = self.clock.mark(time.time_ns())
+            marks.host_compute_ns = time.time_ns()
+            if self._pace_s <= 0 and factor == 1.0:
+                return  # nothing needs the compute time now: read it when the event has happened
+            marks.compute_event.synchronize()  # this iteration's compute, not the device
+            self.compute_waits += 1
+            marks.t_start_ns = max(marks.host_start_ns,
+                                   self.clock.host_ns(marks.start_event, self._anchor))
+        else:
+            marks.t_start_ns = marks.host_start_ns
+        compute_s = (time.time_ns() - marks.t_start_ns) / 1e9
         if compute_s < self._pace_s:
             time.sleep(self._pace_s - compute_s)
             compute_s = self._pace_s
-        slowdown_s = self._injector.delay_s(self._rank, self._iteration, self._elapsed_s,
-                                            compute_s)
+        # A factor k turns compute c into k * c (Injector.delay_s).
+        slowdown_s = (factor - 1.0) * compute_s
         if slowdown_s > 0:
             time.sleep(slowdown_s)
-        self.compute_s = compute_s
+        marks.compute_s, marks.slowdown_s = compute_s, slowdown_s
         #: When communication may start; the slowdown is what lies between compute and this.
-        self.t_end_ns = time.time_ns()
+        marks.host_sync_ns = time.time_ns()
+
+    def step_done(self) -> PendingTimes:
+        """The step returned: this iteration's times, to resolve once the device is there."""
+        marks, self._marks = self._marks, None
+        marks.host_end_ns = time.time_ns()
+        if self.clock is not None:
+            marks.end_event = self.clock.mark(marks.host_end_ns)
+        return PendingTimes(marks, self.clock, self._anchor)
+
+
+class PendingTimes:
+    """An iteration's IterationTimes, ready() once the device has passed its step's end."""
+
+    def __init__(self, marks: _Marks, clock: CudaClock | None, anchor):
+        self._marks, self._clock, self._anchor = marks, clock, anchor
+        self._times: IterationTimes | None = None
+
+    def ready(self) -> bool:
+        return self._times is not None or self._clock is None or self._marks.end_event.query()
+
+    def resolve(self) -> IterationTimes:
+        """The times (waits for the step's end event if it has not happened yet)."""
+        if self._times is None:
+            self._times = self._resolve()
+        return self._times
+
+    def _resolve(self) -> IterationTimes:
+        m = self._marks
+        if self._clock is None:
+            return IterationTimes(m.t_start_ns, m.host_sync_ns, m.host_end_ns, m.compute_s,
+                                  m.slowdown_s)
+        m.end_event.synchronize()
+        on_host = lambda event: self._clock.host_ns(event, self._anchor)  # noqa: E731
+        if m.compute_s is None:  # nothing waited: compute ends where the stream finished it
+            t_start = max(m.host_start_ns, on_host(m.start_event))
+            t_sync = max(m.host_compute_ns, on_host(m.compute_event), t_start)
+            compute_s = (t_sync - t_start) / 1e9
+        else:
+            t_start, t_sync, compute_s = m.t_start_ns, m.host_sync_ns, m.compute_s
+        t_end = max(m.host_end_ns, on_host(m.end_event), t_sync)
+        return IterationTimes(t_start, t_sync, t_end, compute_s, m.slowdown_s)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -77,24 +78,35 @@ class History:
     def __init__(self, budget_bytes: int = HISTORY_BYTES):
         self.budget_bytes = budget_bytes
         self.stride = 1
-        #: Seconds since the common start at which each kept step ended, in order, and beside
-        #: them the iteration that followed and the flat model.
-        self.times: list[float] = []
+        # Seconds since the common start at which each kept step ended, in order (a call while
+        # the device has not told yet: step_lines.StepLines.ended_s), and beside them the
+        # iteration that followed and the flat model.
+        self._times: list[float | Callable[[], float]] = []
         self.states: list[tuple[int, torch.Tensor]] = []
+        self._unresolved = False
 
-    def add(self, elapsed_s: float, iteration: int, model) -> float:
+    @property
+    def times(self) -> list[float]:
+        """When each kept step ended (after training, every one is known)."""
+        if self._unresolved:
+            self._times = [t() if callable(t) else t for t in self._times]
+            self._unresolved = False
+        return self._times
+
+    def add(self, elapsed_s: float | Callable[[], float], iteration: int, model) -> float:
         """Keep the model after this step; returns the seconds that took (0 when skipped)."""
         if iteration % self.stride:
             return 0.0
         start = time.perf_counter()
         flat = flat_state(model)  # a new tensor (torch.cat): no clone needed
-        self.times.append(elapsed_s)
+        self._times.append(elapsed_s)
+        self._unresolved = self._unresolved or callable(elapsed_s)
         self.states.append((iteration, flat))
         while len(self.states) > 1 and (
                 len(self.states) * flat.numel() * flat.element_size() > self.budget_bytes):
             self.stride *= 2
             kept = [i for i, (it, _) in enumerate(self.states) if it % self.stride == 0]
-            self.times = [self.times[i] for i in kept]
+            self._times = [self._times[i] for i in kept]
             self.states = [self.states[i] for i in kept]
         return time.perf_counter() - start
 

@@ -30,11 +30,11 @@ import torch
 from hetbench.comm import rendezvous
 from hetbench.comm.comm import Comm, ReduceOp
 from hetbench.comm.rendezvous import Rendezvous
-from hetbench.core.algorithm import Algorithm, StepInfo
+from hetbench.core.algorithm import Algorithm
 from hetbench.core.config import RunConfig
 from hetbench.core.context import WorkerContext
 from hetbench.core.faults import parse_fault
-from hetbench.core.record import step_event, write_done, write_error
+from hetbench.core.record import write_done, write_error
 from hetbench.core.signals import LAUNCHER_PID_ENV, exit_with
 from hetbench.core.store import EventLog, environment, read_json, write_json_atomic
 from hetbench.core.tensors import (
@@ -45,6 +45,7 @@ from hetbench.core.workload import Workload
 from hetbench.errors import UserError
 from hetbench.harness.compute_end import ComputeEnd
 from hetbench.harness.evaluation import History, Snapshots, evaluate, note
+from hetbench.harness.step_lines import StepLines
 from hetbench.network.emulator import Emulator
 
 #: Store key under which rank 0 publishes the services it started (runs without `bench run`).
@@ -81,25 +82,6 @@ def pick_device(requested: str, local_rank: int) -> torch.device:
     if not torch.cuda.is_available():
         raise RuntimeError("device = cuda was asked for but CUDA is not available")
     return torch.device("cuda", local_rank % torch.cuda.device_count())
-
-
-def peer_ranks_of(info: StepInfo, met: set[int], rank: int, workers: int) -> list[int] | None:
-    """The ranks a step met, as the step says (StepInfo.peer_ranks) or else as Comm recorded
-    them (`met`); None when they are every other worker (all-worker collectives need no list,
-    which would grow with the world) or none."""
-    peer_ranks = (set(map(int, info.peer_ranks)) if info.peer_ranks is not None
-                  else set(met) - {rank})
-    if not peer_ranks or peer_ranks >= set(range(workers)) - {rank}:
-        return None
-    return sorted(peer_ranks)
-
-
-def cluster_fields(fields: dict[str, Any], dilation: float) -> dict[str, Any]:
-    """An algorithm's own event fields, its `*_s` seconds (host time) in cluster time."""
-    if dilation == 1.0:
-        return fields
-    return {key: value / dilation if key.endswith("_s") and isinstance(value, float | int)
-            and not isinstance(value, bool) else value for key, value in fields.items()}
 
 
 def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous, services: dict[str, Any],
@@ -231,15 +213,8 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
     """Train until the budget is spent; returns the worker's final iteration counter."""
     rank, comm, device = ctx.rank, ctx.comm, ctx.device
     options = config.workload_config()
-    # A network model's dilation: modeled times last `dilation` times longer on this host, and
-    # every time recorded is cluster time, the host's divided by it, from the common start t0.
     dilation = config.dilation
-
-    def cluster_ns(host_ns: int) -> int:
-        return host_ns if dilation == 1.0 else t0_ns + round((host_ns - t0_ns) / dilation)
-
     end_compute = ctx.end_compute
-    batch_size = options.batch_size
     agree_on_stop = algorithm.synchronous and config.seconds is not None
     fault = parse_fault(config.fault, config.workers)
     batches = None
@@ -252,6 +227,7 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
         batches = workload.train_batches(rank, config.workers)
         net = algorithm.forward_module(model)
     log = EventLog(run_dir / f"events.rank{rank}.jsonl")
+    steps = StepLines(config, rank, log, t0_ns, options.batch_size)
     iteration = 0
     # The process's CPU time (all threads: a receiver thread's too) since the previous event:
     # what one iteration costs the cores, whether or not it waited.
@@ -275,50 +251,38 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
             kept_s = 0.0
 
             end_compute.begin(iteration, elapsed_s)
-            t_start = cluster_ns(end_compute.t_start_ns)
             if batches is None:
                 if comm.network is None:
                     time.sleep(dilation * options.compute_ms / 1000)
                 else:  # a modeled wait: its lateness counts against the run's fidelity
                     comm.network.wait(dilation * options.compute_ms / 1000, comm.network.clock())
-                loss_value = float("nan")
+                loss = None
             else:
                 x, y = next(batches)
                 optimizer.zero_grad()  # set_to_none: no fill_ per parameter, as a plain loop
                 loss = workload.loss(net, (x.to(device), y.to(device)))
                 loss.backward()  # DDP's hook may end compute in here (see compute_end.py)
-                loss_value = loss.item()  # also waits for a GPU to finish the step
+                loss = loss.detach()  # read when the event line is written: no wait here
             end_compute()
-            compute_s = end_compute.compute_s / dilation
             if fault:
                 fault.maybe_fire(rank, iteration)
-            # Communication that started inside backward counts from end_compute on.
-            t_sync = cluster_ns(end_compute.t_end_ns)
             comm.record_step()
             info = algorithm.step(ctx, model, optimizer)
             did = comm.recorded_step()
-            end_compute.synchronize()  # the step's own device work (its update) is the step's
-            t_end = cluster_ns(time.time_ns())
-            step_s = (t_end - t_sync) / 1e9
-            # The algorithm's own measure of its waiting, else the seconds its point-to-point
-            # operations blocked (Comm's record; collectives' waits are inferred in reports).
-            waited_s = did.blocked_s if info.wait_s is None else info.wait_s
-            wait_s = min(waited_s / dilation, step_s)
+            times = end_compute.step_done()
             cpu_now_s = time.process_time()
             process_cpu_s, cpu_mark_s = cpu_now_s - cpu_mark_s, cpu_now_s
-            log.append(step_event(
-                config.run_id, rank, iteration, t_start, t_end, compute_s,
-                (t_sync - t_start) / 1e9 - compute_s, step_s - wait_s, wait_s, batch_size,
-                loss=loss_value, snapshot_s=snapshot_s,
-                measured={"process_cpu_s": process_cpu_s}, peers=info.peers,
-                staleness=info.staleness,
-                peer_ranks=peer_ranks_of(info, did.met, rank, config.workers),
-                discarded=info.discarded,
-                waited_on=info.waited_on and {r: s / dilation for r, s in info.waited_on.items()},
-                fields=cluster_fields(info.fields, dilation)))
+            steps.add(times, iteration, loss, info, did, process_cpu_s, snapshot_s)
             iteration = info.next_iteration if info.next_iteration is not None else iteration + 1
-            if history is not None:  # after the event; its time goes in the next one's
-                kept_s = history.add((t_end - t0_ns) / 1e9, iteration, model) / dilation
+            if history is not None:  # after the step; its time goes in the next one's
+                kept_s = history.add(steps.ended_s(times), iteration, model) / dilation
+            steps.write_ready()
+    except BaseException:
+        with contextlib.suppress(Exception):  # the cause is what propagates, not this
+            steps.write_all()
+        raise
+    else:
+        steps.write_all()
     finally:
         log.close()
     return iteration

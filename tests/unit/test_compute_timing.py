@@ -1,12 +1,16 @@
-"""Compute is timed on the device's clock: on CUDA the harness waits for the queued kernels at
-each compute boundary before reading the host clock (harness/compute_end.py).
+"""Compute is timed on the device's clock (harness/compute_end.py): on CUDA by events on the
+compute stream, read once the device has passed them, so that the loop waits for the device
+only where a value is needed at once (a pace floor, a slowdown of this iteration's compute).
 
-No GPU here: a fake CUDA stream stands in for one. Like a GPU, it accepts work at once
-("launches") and finishes it later; its synchronize() blocks until the work is done.
+No GPU here: a fake CUDA stream and events stand in for one. Like a GPU, the stream accepts work
+at once ("launches") and finishes it later; an event happens when the stream reaches it;
+synchronize() blocks until the work (or the event) is done.
 """
 
+import itertools
 import time
 
+import pytest
 import torch
 
 from hetbench.harness.compute_end import ComputeEnd
@@ -26,39 +30,113 @@ class FakeStream:
         time.sleep(max(0.0, self.busy_until - time.monotonic()))
 
 
-def _compute_end(monkeypatch, pace_s=0.0, slowdown="none"):
+class FakeEvent:
+    """Happens when the stream it was recorded on reaches it (monotonic seconds)."""
+
+    waits = 0
+
+    def __init__(self, enable_timing=False):
+        self.at = None
+
+    def record(self, stream):
+        self.at = max(stream.busy_until, time.monotonic())
+
+    def query(self) -> bool:
+        return time.monotonic() >= self.at
+
+    def synchronize(self) -> None:
+        FakeEvent.waits += 1
+        time.sleep(max(0.0, self.at - time.monotonic()))
+
+    def elapsed_time(self, later) -> float:
+        return (later.at - self.at) * 1e3
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
     stream = FakeStream()
+    FakeEvent.waits = 0
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: stream)
-    end = ComputeEnd(parse_slowdown(slowdown, seed=1), rank=0, pace_s=pace_s,
-                     device=torch.device("cuda", 0))
-    return end, stream
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    return stream
 
 
-def test_compute_on_cuda_counts_the_kernels_still_running_when_the_host_returns(monkeypatch):
-    end, stream = _compute_end(monkeypatch)
+def _compute_end(pace_s=0.0, slowdown="none"):
+    return ComputeEnd(parse_slowdown(slowdown, seed=1), rank=0, pace_s=pace_s,
+                      device=torch.device("cuda", 0))
+
+
+def test_compute_on_cuda_counts_the_kernels_still_running_when_the_host_returns(fake_cuda):
+    end = _compute_end()
     end.begin(0, 0.0)
-    stream.launch(0.2)  # forward + backward queued; the host is free at once
+    fake_cuda.launch(0.2)  # forward + backward queued; the host is free at once
     end()
-    assert stream.syncs == 2
-    assert 0.19 <= end.compute_s < 1.0
+    times = end.step_done().resolve()
+    assert 0.19 <= times.compute_s < 0.5
+    assert times.t_sync_ns - times.t_start_ns >= 0.19e9
+    assert times.slowdown_s == 0.0
 
 
-def test_work_queued_before_an_iteration_is_not_its_compute(monkeypatch):
-    end, stream = _compute_end(monkeypatch)
-    stream.launch(0.2)  # the previous step's update, still running
+def test_a_cuda_run_reads_compute_times_without_waiting_when_nothing_needs_them(fake_cuda):
+    """Neither pace nor slowdown: no stream wait but the clock's anchor, no event waited on,
+    and the times come out right an iteration later, once the device has passed them."""
+    end = _compute_end()
+    pending = []
+    for iteration in range(5):
+        end.begin(iteration, 0.0)
+        started = time.monotonic()
+        fake_cuda.launch(0.05)  # compute
+        end()
+        fake_cuda.launch(0.01)  # the step's own device work (its update)
+        pending.append(end.step_done())
+        assert time.monotonic() - started < 0.03  # the host never waited for the device
+    assert fake_cuda.syncs == 1  # the one anchor of the clock (renewed once a second)
+    assert FakeEvent.waits == 0
+    assert not pending[-1].ready()  # the device is still at it
+    fake_cuda.synchronize()
+    all_times = [p.resolve() for p in pending]
+    for times in all_times:
+        assert 0.045 <= times.compute_s < 0.08
+        assert times.t_start_ns <= times.t_sync_ns <= times.t_end_ns
+        # The step's end is where the device finished its update, 10 ms after compute.
+        assert (times.t_end_ns - times.t_sync_ns) / 1e9 >= 0.009
+    # Queued back to back, each iteration starts where the device finished the previous one.
+    for before, after in itertools.pairwise(all_times):
+        assert abs(after.t_start_ns - before.t_end_ns) < 3e6
+
+
+def test_work_queued_before_an_iteration_is_not_its_compute(fake_cuda):
+    end = _compute_end()
+    fake_cuda.launch(0.2)  # the previous step's update, still running
     end.begin(1, 0.0)
-    stream.launch(0.05)
+    fake_cuda.launch(0.05)
     end()
-    assert 0.04 <= end.compute_s < 0.15
+    assert 0.04 <= end.step_done().resolve().compute_s < 0.15
 
 
-def test_a_slowdown_multiplies_the_devices_compute_not_the_launch_time(monkeypatch):
-    end, stream = _compute_end(monkeypatch, slowdown="det:3@0")
+def test_a_slowdown_multiplies_the_devices_compute_not_the_launch_time(fake_cuda):
+    end = _compute_end(slowdown="det:3@0")
     end.begin(0, 0.0)
-    stream.launch(0.1)
+    fake_cuda.launch(0.1)
+    started = time.monotonic()
     end()
     # det:3 sleeps 2x compute after it: communication may start 3x the GPU's time after begin.
-    assert (end.t_end_ns - end.t_start_ns) / 1e9 >= 0.29
+    assert time.monotonic() - started >= 0.29
+    assert FakeEvent.waits == 1  # only this iteration's compute was waited for
+    times = end.step_done().resolve()
+    assert (times.t_sync_ns - times.t_start_ns) / 1e9 >= 0.29
+    assert times.slowdown_s == pytest.approx(2 * times.compute_s)
+
+
+def test_a_pace_floor_waits_for_the_compute_it_pads(fake_cuda):
+    end = _compute_end(pace_s=0.1)
+    end.begin(0, 0.0)
+    fake_cuda.launch(0.03)
+    end()
+    assert FakeEvent.waits == 1 and end.compute_waits == 1
+    times = end.step_done().resolve()
+    assert times.compute_s == pytest.approx(0.1)
+    assert (times.t_sync_ns - times.t_start_ns) / 1e9 >= 0.099
 
 
 def test_on_cpu_nothing_is_synchronized(monkeypatch):
@@ -69,4 +147,7 @@ def test_on_cpu_nothing_is_synchronized(monkeypatch):
     end = ComputeEnd(parse_slowdown("none", seed=1), rank=0, pace_s=0.0)
     end.begin(0, 0.0)
     end()
-    assert end.compute_s >= 0.0
+    pending = end.step_done()
+    assert pending.ready()
+    times = pending.resolve()
+    assert times.compute_s >= 0.0 and times.t_start_ns <= times.t_sync_ns <= times.t_end_ns

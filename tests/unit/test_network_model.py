@@ -115,7 +115,7 @@ def test_network_slowdowns_need_a_network_and_comm_bypassing_impls_are_refused()
 def test_an_algorithms_own_seconds_are_recorded_in_cluster_time():
     # prague's gg_s (the Group Generator's round trip) was written in host seconds while every
     # other time of the event was in cluster seconds: 16x too large at dilation 16.
-    from hetbench.harness.worker import cluster_fields
+    from hetbench.harness.step_lines import cluster_fields
 
     fields = {"gg_s": 0.8, "group": [1, 2], "peer": 3, "skipped": 2}
     assert cluster_fields(fields, 4.0) == {"gg_s": 0.2, "group": [1, 2], "peer": 3,
