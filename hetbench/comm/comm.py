@@ -9,7 +9,8 @@ Which backend: gloo on CPU; NCCL on CUDA when every rank has a GPU of its own; g
 ranks share a GPU (more ranks on a host than it has GPUs), since NCCL refuses two ranks on one
 device (nccl#418, "Duplicate GPU detected"). Gloo reduces and broadcasts CUDA tensors itself but
 has no CUDA path for point to point, so with CUDA tensors on gloo every send and receive here goes
-through a host copy (`stages_through_host`).
+through a host buffer (`stages_through_host`: pinned, reused buffers and copies that overlap the
+previous message's send, comm/staging.py).
 
 Which primitive for which pattern:
 - every worker together (all-reduce, average, broadcast, barrier): `members=ctx.worker_ranks`
@@ -38,6 +39,7 @@ import torch
 import torch.distributed as dist
 
 from hetbench.comm.preduce import MemberGroups
+from hetbench.comm.staging import HostStaging
 from hetbench.network.shared import stream_key
 
 ReduceOp = dist.ReduceOp
@@ -86,6 +88,7 @@ class Comm:
         #: Point to point through host memory: gloo has no CUDA path for it. A test may set it
         #: on a CPU world to run the staging code, which then copies CPU tensors.
         self.stages_through_host = backend == "gloo" and device.type == "cuda"
+        self._staging: HostStaging | None = None
         # What one thread's operations did during a step (record_step): the ranks they met
         # and the seconds they blocked on point-to-point messages. The harness logs them for
         # every step, whatever the algorithm says, for "who waited for whom".
@@ -111,6 +114,13 @@ class Comm:
                                 timeout=timeout,
                                 device_id=device if backend == "nccl" else None)
         return cls(rank, world_size, device, backend, store, timeout_s)
+
+    @property
+    def staging(self) -> HostStaging:
+        """The host buffers of staged point to point (made on first use)."""
+        if self._staging is None:
+            self._staging = HostStaging(self.device)
+        return self._staging
 
     def describe(self) -> dict[str, object]:
         """What this rank ran on, for its done record and the report's metadata."""
@@ -248,14 +258,19 @@ class Comm:
         """Send on a channel (None: the world group); `dst` is a global rank."""
         self._meet((dst,))
         since = time.perf_counter()
-        if self.stages_through_host:
-            tensor = _host_copy(tensor)
-        if self.network is None:
-            dist.send(tensor, dst=dst, group=group, tag=tag)
-        else:
-            posted, out = self.network.send_begin(dst, _nbytes(tensor), self._stream(group, tag))
-            dist.send(tensor, dst=dst, group=group, tag=tag)
-            self.network.send_end(posted, out)
+        staged = self.staging.outgoing(tensor) if self.stages_through_host else None
+        message = tensor if staged is None else staged
+        try:
+            if self.network is None:
+                dist.send(message, dst=dst, group=group, tag=tag)
+            else:
+                posted, out = self.network.send_begin(dst, _nbytes(tensor),
+                                                      self._stream(group, tag))
+                dist.send(message, dst=dst, group=group, tag=tag)
+                self.network.send_end(posted, out)
+        finally:
+            if staged is not None:
+                self.staging.give_back(staged)
         self._blocked(since)
 
     def recv_on(self, group, tensor: torch.Tensor, src: int | None = None, tag: int = 0) -> int:
@@ -272,9 +287,9 @@ class Comm:
         started = time.perf_counter()
         since = float("-inf") if posted_under is None else posted_under.clock()
         if self.stages_through_host:
-            host = torch.empty(tensor.shape, dtype=tensor.dtype)
+            host = self.staging.incoming(tensor)
             sender = dist.recv(host, src=src, group=group, tag=tag)
-            tensor.copy_(host)
+            self.staging.deliver(host, tensor)
         else:
             sender = dist.recv(tensor, src=src, group=group, tag=tag)
         self._meet((sender,))
@@ -290,16 +305,22 @@ class Comm:
 
     def _isend_on(self, group, tensor: torch.Tensor, dst: int, tag: int):
         self._meet((dst,))
+        message = tensor
         if self.stages_through_host:
-            # What is sent is this copy (the Work keeps it alive until sent): the caller's
-            # tensor may change once isend returns.
-            tensor = _host_copy(tensor)
+            # What is sent is this copy: the caller's tensor may change once isend returns.
+            # The buffer returns to the pool once the send is done with it.
+            message = self.staging.outgoing(tensor)
         if self.network is None:
-            return dist.isend(tensor, dst=dst, group=group, tag=tag)
-        posted, out = self.network.send_begin(dst, _nbytes(tensor), self._stream(group, tag))
-        network = self.network
-        return _Modeled(dist.isend(tensor, dst=dst, group=group, tag=tag), lambda: out,
-                        lambda since: network.send_end(posted, out))
+            work = dist.isend(message, dst=dst, group=group, tag=tag)
+        else:
+            posted, out = self.network.send_begin(dst, _nbytes(tensor),
+                                                  self._stream(group, tag))
+            network = self.network
+            work = _Modeled(dist.isend(message, dst=dst, group=group, tag=tag), lambda: out,
+                            lambda since: network.send_end(posted, out))
+        if message is not tensor:
+            self.staging.give_back(message, work.is_completed)
+        return work
 
     def irecv_on(self, group, tensor: torch.Tensor, src: int | None = None,
                  tag: int = 0) -> dist.Work:
@@ -322,8 +343,9 @@ class Comm:
             self._meet((src,))
         if not self.stages_through_host:
             return dist.irecv(tensor, src=src, group=group, tag=tag)
-        host = torch.empty(tensor.shape, dtype=tensor.dtype)
-        return _staged(dist.irecv(host, src=src, group=group, tag=tag), tensor, host)
+        host = self.staging.incoming(tensor)
+        return _ThenOnce(dist.irecv(host, src=src, group=group, tag=tag),
+                         lambda since: self.staging.deliver(host, tensor))
 
     def group(self, members: Sequence[int] | None):
         """The process group of `members` (None = the world), created on first use and cached.
@@ -414,11 +436,6 @@ def choose_backend(device: torch.device, local_rank: int, store: dist.Store, wor
     return "gloo" if store.add(_SHARED_GPU_KEY, 0) else "nccl"
 
 
-def _host_copy(tensor: torch.Tensor) -> torch.Tensor:
-    """A CPU copy of `tensor` (always a new tensor, so the caller may change its own)."""
-    return tensor.detach().to("cpu", copy=True)
-
-
 class _ThenOnce:
     """A torch Work whose wait() also runs `then(since)` once, after the real operation:
     delivering a receive staged in host memory, or waiting out the emulated network.
@@ -443,11 +460,6 @@ class _ThenOnce:
 
     def is_completed(self) -> bool:
         return self._work.is_completed()
-
-
-def _staged(work, tensor: torch.Tensor, host: torch.Tensor) -> _ThenOnce:
-    """A receive into `host`: wait() waits for it, then copies it into `tensor`."""
-    return _ThenOnce(work, lambda since: tensor.copy_(host))
 
 
 class _Modeled(_ThenOnce):

@@ -45,6 +45,7 @@ from hetbench.core.workload import Workload
 from hetbench.errors import UserError
 from hetbench.harness.compute_end import ComputeEnd
 from hetbench.harness.evaluation import History, Snapshots, evaluate, note
+from hetbench.harness.profiling import LoopProfiler, part
 from hetbench.harness.step_lines import StepLines
 from hetbench.network.emulator import Emulator
 
@@ -228,6 +229,7 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
         net = algorithm.forward_module(model)
     log = EventLog(run_dir / f"events.rank{rank}.jsonl")
     steps = StepLines(config, rank, log, t0_ns, options.batch_size)
+    profiler = LoopProfiler.from_env(run_dir, rank, device)  # HETBENCH_PROFILE (profiling.py)
     iteration = 0
     # The process's CPU time (all threads: a receiver thread's too) since the previous event:
     # what one iteration costs the cores, whether or not it waited.
@@ -250,6 +252,8 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
                 snapshots.maybe_take(elapsed_s, iteration, model) if snapshots else 0.0) / dilation
             kept_s = 0.0
 
+            if profiler is not None:
+                profiler.at_iteration(iteration)
             end_compute.begin(iteration, elapsed_s)
             if batches is None:
                 if comm.network is None:
@@ -258,25 +262,32 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
                     comm.network.wait(dilation * options.compute_ms / 1000, comm.network.clock())
                 loss = None
             else:
-                x, y = next(batches)
-                optimizer.zero_grad()  # set_to_none: no fill_ per parameter, as a plain loop
-                loss = workload.loss(net, (x.to(device), y.to(device)))
-                loss.backward()  # DDP's hook may end compute in here (see compute_end.py)
-                loss = loss.detach()  # read when the event line is written: no wait here
-            end_compute()
+                with part(profiler, "data"):
+                    x, y = next(batches)
+                    x, y = x.to(device), y.to(device)
+                with part(profiler, "forward_backward"):
+                    optimizer.zero_grad()  # set_to_none: no fill_ per parameter, as a plain loop
+                    loss = workload.loss(net, (x, y))
+                    loss.backward()  # DDP's hook may end compute in here (see compute_end.py)
+                    loss = loss.detach()  # read when the event line is written: no wait here
+            with part(profiler, "end_compute"):
+                end_compute()
             if fault:
                 fault.maybe_fire(rank, iteration)
-            comm.record_step()
-            info = algorithm.step(ctx, model, optimizer)
-            did = comm.recorded_step()
-            times = end_compute.step_done()
-            cpu_now_s = time.process_time()
-            process_cpu_s, cpu_mark_s = cpu_now_s - cpu_mark_s, cpu_now_s
-            steps.add(times, iteration, loss, info, did, process_cpu_s, snapshot_s)
-            iteration = info.next_iteration if info.next_iteration is not None else iteration + 1
-            if history is not None:  # after the step; its time goes in the next one's
-                kept_s = history.add(steps.ended_s(times), iteration, model) / dilation
-            steps.write_ready()
+            with part(profiler, "step"):
+                comm.record_step()
+                info = algorithm.step(ctx, model, optimizer)
+                did = comm.recorded_step()
+            with part(profiler, "bookkeeping"):
+                times = end_compute.step_done()
+                cpu_now_s = time.process_time()
+                process_cpu_s, cpu_mark_s = cpu_now_s - cpu_mark_s, cpu_now_s
+                steps.add(times, iteration, loss, info, did, process_cpu_s, snapshot_s)
+                iteration = (info.next_iteration if info.next_iteration is not None
+                             else iteration + 1)
+                if history is not None:  # after the step; its time goes in the next one's
+                    kept_s = history.add(steps.ended_s(times), iteration, model) / dilation
+                steps.write_ready()
     except BaseException:
         with contextlib.suppress(Exception):  # the cause is what propagates, not this
             steps.write_all()
@@ -285,6 +296,8 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
         steps.write_all()
     finally:
         log.close()
+        if profiler is not None:
+            profiler.close()
     return iteration
 
 

@@ -58,39 +58,68 @@ def test_groups_formed_on_the_fly_work_or_are_refused_at_once():
 
 
 def _staged_point_to_point(comm):
-    """Point to point as ranks sharing a GPU over gloo run it (through host copies), forced on
+    """Point to point as ranks sharing a GPU over gloo run it (through host buffers), forced on
     CPU tensors: gloo has no CUDA path for it, so a CUDA tensor is sent from, and received
-    into, a host copy."""
-    import hetbench.comm.comm as comm_module
-
-    copies = []
-    real_copy = comm_module._host_copy
-    comm_module._host_copy = lambda t: copies.append(t.numel()) or real_copy(t)
+    into, a host buffer of the rank's pool (comm/staging.py)."""
     comm.stages_through_host = True
     out = {}
     if comm.rank == 0:
         message = torch.arange(4.0)
-        work = comm.isend(message, dst=1, tag=3)
+        first = comm.isend(message, dst=1, tag=3)
         message.fill_(-1.0)  # the copy was sent, not what the tensor holds once isend returned
-        work.wait()
-        comm.send(torch.tensor([7.0, 8.0]), dst=1)
+        # Two sends in flight at once: each from a buffer of its own.
+        second = comm.isend(torch.full((4,), 5.0), dst=1, tag=4)
+        first.wait()
+        second.wait()
+        for i in range(20):  # sequential messages reuse the pool's buffers
+            comm.send(torch.full((2,), float(i)), dst=1)
     else:
-        first = torch.zeros(4)
+        first, second = torch.zeros(4), torch.zeros(4)
         work = comm.irecv(first, src=0, tag=3)
         assert work.wait()
-        second = torch.zeros(2)
-        out["sender"] = comm.recv(second)  # any sender
+        comm.recv(second, src=0, tag=4)
         out["first"], out["second"] = first.tolist(), second.tolist()
-    out["copies"] = copies
+        received = []
+        for _ in range(20):
+            into = torch.zeros(2)
+            out["sender"] = comm.recv(into)  # any sender
+            received.append(into[0].item())
+        out["received"] = received
+    out["allocated"] = comm.staging.allocated
     return out
 
 
-def test_point_to_point_through_host_copies_delivers_into_the_callers_tensor():
+def test_point_to_point_through_host_buffers_delivers_and_reuses_them():
     sender, receiver = on_ranks(_staged_point_to_point, 2)
-    assert sender["copies"] == [4, 2]  # each send went out as a host copy
     assert receiver["first"] == [0.0, 1.0, 2.0, 3.0]
-    assert receiver["second"] == [7.0, 8.0]
+    assert receiver["second"] == [5.0] * 4
+    assert receiver["received"] == [float(i) for i in range(20)]
     assert receiver["sender"] == 0
+    # Two 4-element buffers while both isends were in flight, then one 2-element buffer for 20
+    # sends; the receiver's 22 messages reuse one buffer per size.
+    assert sender["allocated"] == 3
+    assert receiver["allocated"] == 2
+
+
+def test_a_buffer_returns_to_the_pool_only_once_its_message_is_done():
+    from hetbench.comm.staging import KEEP_FREE, HostStaging
+
+    staging = HostStaging(torch.device("cpu"))
+    done = {"flag": False}
+    first = staging.outgoing(torch.ones(3))
+    staging.give_back(first, lambda: done["flag"])
+    second = staging.outgoing(torch.ones(3))
+    assert second.data_ptr() != first.data_ptr()  # the first is still being sent
+    done["flag"] = True
+    staging.give_back(second)
+    third = staging.outgoing(torch.full((3,), 2.0))
+    assert third.data_ptr() in (first.data_ptr(), second.data_ptr())
+    assert third.tolist() == [2.0] * 3
+    # A burst is not kept for good: at most KEEP_FREE buffers of a size stay in the pool.
+    burst = [staging.outgoing(torch.ones(3)) for _ in range(KEEP_FREE + 5)]
+    for buffer in burst:
+        staging.give_back(buffer)
+    assert len(staging._free[(3, torch.float32)]) == KEEP_FREE
 
 
 def _vote(local_ranks, gpus, monkeypatch):
