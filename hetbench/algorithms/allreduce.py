@@ -117,6 +117,19 @@ def _ending_compute_first(ctx, hook):
     return ending_compute_first
 
 
+def _counted(ctx, hook):
+    """`hook` with its bucket's bytes on the rank's traffic record: DDP calls the process group
+    itself, past Comm, which would otherwise count nothing."""
+
+    @functools.wraps(hook)
+    def counted(state, bucket):
+        buffer = bucket.buffer()
+        ctx.comm.traffic.collective_bytes += buffer.numel() * buffer.element_size()
+        return hook(state, bucket)
+
+    return counted
+
+
 class AllReduce(Algorithm):
     name = "allreduce"
     description = "ring all-reduce of gradients every step; everyone waits for the slowest"
@@ -194,7 +207,8 @@ class AllReduce(Algorithm):
                 self._powersgd = self._powersgd_state(ctx)
                 state, hook = self._powersgd, powerSGD.powerSGD_hook
             else:
-                state, hook = ctx.comm.group(ctx.worker_ranks), default_hooks.allreduce_hook
+                state, hook = ctx.comm.group(ctx.worker_ranks), _counted(
+                    ctx, default_hooks.allreduce_hook)
             self._ddp.register_comm_hook(state, _ending_compute_first(ctx, hook))
         elif self.config.impl == "horovod":
             self._hvd_optimizer = self._horovod_setup(ctx, model, optimizer)

@@ -60,6 +60,18 @@ class StepRecord:
     blocked_s: float = 0.0
 
 
+@dataclass
+class Traffic:
+    """Bytes this rank's operations moved (every thread's), for the bytes-per-iteration a run
+    reports: point to point sent and received (tensor bytes), and the payload of collectives
+    (the tensor's bytes, whatever the backend's algorithm puts on the wire)."""
+
+    p2p_sent_bytes: int = 0
+    p2p_received_bytes: int = 0
+    collective_bytes: int = 0
+    messages: int = 0
+
+
 class CommMisuse(RuntimeError):
     """An operation that could only hang: refused at once, with the primitive to use instead."""
 
@@ -89,6 +101,9 @@ class Comm:
         #: on a CPU world to run the staging code, which then copies CPU tensors.
         self.stages_through_host = backend == "gloo" and device.type == "cuda"
         self._staging: HostStaging | None = None
+        #: What this rank's operations moved since the last reset (the worker resets it when
+        #: training starts and reads it when training ends).
+        self.traffic = Traffic()
         # What one thread's operations did during a step (record_step): the ranks they met
         # and the seconds they blocked on point-to-point messages. The harness logs them for
         # every step, whatever the algorithm says, for "who waited for whom".
@@ -202,6 +217,7 @@ class Comm:
                     broadcast: bool = False) -> None:
         """run() the real collective, or, with an emulated network, no faster than modeled."""
         self._meet(range(self.world_size) if members is None else members)
+        self.traffic.collective_bytes += _nbytes(tensor)
         if self.network is None:
             run()
             return
@@ -254,9 +270,17 @@ class Comm:
     def _stream(self, group, tag: int) -> int:
         return stream_key(WORLD if group is None else self._channel_names[group], tag)
 
+    def _sent(self, tensor: torch.Tensor) -> None:
+        self.traffic.p2p_sent_bytes += _nbytes(tensor)
+        self.traffic.messages += 1
+
+    def _received(self, tensor: torch.Tensor) -> None:
+        self.traffic.p2p_received_bytes += _nbytes(tensor)
+
     def send_on(self, group, tensor: torch.Tensor, dst: int, tag: int = 0) -> None:
         """Send on a channel (None: the world group); `dst` is a global rank."""
         self._meet((dst,))
+        self._sent(tensor)
         since = time.perf_counter()
         staged = self.staging.outgoing(tensor) if self.stages_through_host else None
         message = tensor if staged is None else staged
@@ -293,6 +317,7 @@ class Comm:
         else:
             sender = dist.recv(tensor, src=src, group=group, tag=tag)
         self._meet((sender,))
+        self._received(tensor)
         network = self.network
         if network is not None:
             key = self._stream(group, tag)
@@ -305,6 +330,7 @@ class Comm:
 
     def _isend_on(self, group, tensor: torch.Tensor, dst: int, tag: int):
         self._meet((dst,))
+        self._sent(tensor)
         message = tensor
         if self.stages_through_host:
             # What is sent is this copy: the caller's tensor may change once isend returns.
@@ -341,6 +367,7 @@ class Comm:
     def _irecv(self, group, tensor: torch.Tensor, src: int | None, tag: int):
         if src is not None:
             self._meet((src,))
+        self._received(tensor)
         if not self.stages_through_host:
             return dist.irecv(tensor, src=src, group=group, tag=tag)
         host = self.staging.incoming(tensor)
@@ -378,6 +405,7 @@ class Comm:
     def p_reduce_(self, tensor: torch.Tensor, members: Sequence[int]) -> torch.Tensor:
         """In-place mean of `tensor` over `members` (this rank among them); others not involved."""
         self._meet(members)
+        self.traffic.collective_bytes += _nbytes(tensor)
         return self.member_groups.p_reduce_(tensor, members, self.network)
 
     def rpc(self, peer: int, call):

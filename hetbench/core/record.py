@@ -134,7 +134,27 @@ def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
         "train_cpu_s": train_cpu_s(run_dir, done),
         **network_fidelity(config, done),
         **transport(done),
+        **traffic_per_iteration(done, events_by_rank),
     }
+
+
+def traffic_per_iteration(done: list[dict[str, Any] | None],
+                          events_by_rank: dict[int, list[dict]]) -> dict[str, Any]:
+    """What a worker's operations moved per iteration, the mean over workers (their done
+    records' `traffic`; none for a run of an older hetbench): point to point, sent plus
+    received, and collectives' payload, in MB (1e6 bytes). Server ranks' traffic is the
+    workers' other end, not added again."""
+    per_worker = []
+    for rank, events in events_by_rank.items():
+        record = done[rank] if rank < len(done) else None
+        traffic = record.get("traffic") if record else None
+        if traffic and events:
+            per_worker.append(((traffic["p2p_sent_bytes"] + traffic["p2p_received_bytes"])
+                               / len(events), traffic["collective_bytes"] / len(events)))
+    if not per_worker:
+        return {}
+    return {"p2p_mb_per_iteration": sum(p for p, _ in per_worker) / len(per_worker) / 1e6,
+            "collective_mb_per_iteration": sum(c for _, c in per_worker) / len(per_worker) / 1e6}
 
 
 def transport(done: list[dict[str, Any] | None]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import socket
@@ -28,7 +29,7 @@ import numpy as np
 import torch
 
 from hetbench.comm import rendezvous
-from hetbench.comm.comm import Comm, ReduceOp
+from hetbench.comm.comm import Comm, ReduceOp, Traffic
 from hetbench.comm.rendezvous import Rendezvous
 from hetbench.core.algorithm import Algorithm
 from hetbench.core.config import RunConfig
@@ -71,10 +72,12 @@ class RankProgress:
     start_ns: int | None = None
     #: Which backend and device the rank used (Comm.describe).
     transport: dict[str, Any] | None = None
+    #: What its Comm operations moved while training (comm.Traffic).
+    traffic: dict[str, int] | None = None
 
     def done_record(self) -> dict[str, Any]:
         return {"train_cpu_s": self.train_cpu_s, "start_ns": self.start_ns,
-                "transport": self.transport, **self.finish}
+                "transport": self.transport, "traffic": self.traffic, **self.finish}
 
 
 def pick_device(requested: str, local_rank: int) -> torch.device:
@@ -125,6 +128,7 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous, services: dic
         # Nobody's clock runs during the others' set-up, and every rank's runs from the same t0.
         t0_ns = common_start_ns(comm)
         comm.end_setup()
+        comm.traffic = Traffic()  # training's, not set-up's
         if network is not None:  # rank 0's shared file exists now: open it, start under it
             comm.start_network(Emulator.open(run_dir, network, rank))
             note(rank, f"network emulated: {network.describe()}")
@@ -187,7 +191,9 @@ def _check_one_host(comm: Comm, rank: int) -> None:
 
 
 def _end_network(comm: Comm, progress: RankProgress) -> None:
-    """Training is over: stop emulating, and keep this rank's fidelity record for done.json."""
+    """Training is over: stop emulating, and keep this rank's fidelity record and what its
+    operations moved for done.json."""
+    progress.traffic = dataclasses.asdict(comm.traffic)
     if comm.network is not None:
         progress.finish["network"] = comm.network.report()
         comm.network.close()
