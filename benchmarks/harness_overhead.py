@@ -2,6 +2,8 @@
 which imports nothing from hetbench), in order-balanced pairs of separate processes.
 
     .venv/bin/python benchmarks/harness_overhead.py --workers 4,8 --pairs 8
+    python3 benchmarks/harness_overhead.py --device cuda --model resnet18 --impl ddp \
+        --workers 2 --batch 128 --iterations 150 --pairs 5 [--also OLD_CHECKOUT]
 
 Setting (issue 20): mlp-digits with hidden = 128, batch 32, gloo, one torch thread per worker,
 400 iterations, no pacing, and everything `bench run` does by default left on (event logs,
@@ -10,6 +12,12 @@ in the machine's load and whatever favours one position of a pair falls on both 
 scored with the same definition of throughput (plain_ddp.py writes it out on its own). Prints
 each pair and writes the median and spread of the per-pair ratios to
 results/benchmarks/harness_overhead.json (the --out directory).
+
+On a GPU (issue 44): `--device cuda --model resnet18` runs hetbench's `resnet18` (synthetic
+images) and plain_ddp.py's same model, ranks sharing the GPU over gloo as both then do.
+`--also DIR` puts a third side in each round, hetbench as imported from another checkout (DIR
+holds its `hetbench` package: an older version, to measure what a change bought in the same
+sitting); the rounds rotate the sides' order.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -24,25 +33,27 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BIN = Path(sys.executable).parent
 WARMUP = 5  # bench run's default warmup_iterations, and plain_ddp.py's
 
 MATRIX = """name = "harness-overhead"
 algorithms = ["allreduce"]
-workloads = ["mlp-digits"]
+workloads = ["{workload}"]
 workers = [{workers}]
 slowdown = ["none"]
 seeds = [1]
 iterations = {iterations}
-[workload.mlp-digits]
-hidden = {hidden}
+device = "{device}"
+[algorithm.allreduce]
+impl = "{impl}"
+[workload.{workload}]
 batch_size = {batch}
+{workload_options}
 """
 
 
-def run(command: list[str]) -> str:
+def run(command: list[str], env: dict | None = None, cwd: str | None = None) -> str:
     """The command's stdout; its stderr's end as the error if it fails."""
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd)
     if done.returncode != 0:
         sys.exit(f"{' '.join(command[:2])} failed: {done.stderr[-500:]}")
     return done.stdout
@@ -52,19 +63,29 @@ def plain(args: argparse.Namespace, workers: int) -> tuple[float, float]:
     """Throughput and CPU milliseconds per rank-iteration of the plain loop."""
     out = run([sys.executable, str(HERE / "plain_ddp.py"), "--workers", str(workers),
                "--iterations", str(args.iterations), "--hidden", str(args.hidden),
-               "--batch", str(args.batch)])
+               "--batch", str(args.batch), "--model", args.model, "--device", args.device])
     result = json.loads(out.splitlines()[-1])
     return result["throughput"], result["cpu_ms_per_iteration"]
 
 
-def hetbench(args: argparse.Namespace, workers: int) -> tuple[float, float]:
+def hetbench(args: argparse.Namespace, workers: int,
+             path: Path | None = None) -> tuple[float, float]:
     """Throughput and CPU milliseconds per rank-iteration (events' process_cpu_s after
-    warm-up) of `bench run`."""
+    warm-up) of `bench run`; with `path`, of the hetbench package found there."""
+    workload, options = (("resnet18", "synthetic = true") if args.model == "resnet18"
+                         else ("mlp-digits", f"hidden = {args.hidden}"))
+    env = None
+    if path is not None:  # from elsewhere, or `python -m` finds this checkout's package first
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(path.resolve()), os.environ.get("PYTHONPATH")]))}
     with tempfile.TemporaryDirectory() as tmp:
+        cwd = tmp if path is not None else None
         matrix = Path(tmp) / "matrix.toml"
         matrix.write_text(MATRIX.format(workers=workers, iterations=args.iterations,
-                                        hidden=args.hidden, batch=args.batch))
-        run([str(BIN / "bench"), "run", str(matrix), "--out", f"{tmp}/out"])
+                                        workload=workload, workload_options=options,
+                                        batch=args.batch, device=args.device, impl=args.impl))
+        run([sys.executable, "-m", "hetbench", "run", str(matrix), "--out", f"{tmp}/out"],
+            env, cwd)
         (summary,) = Path(tmp, "out").glob("*/summary.json")
         cpu = [json.loads(line)["process_cpu_s"]
                for events in summary.parent.glob("events.rank*.jsonl")
@@ -79,22 +100,38 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=400)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--model", choices=["mlp", "resnet18"], default="mlp")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--impl", choices=["buckets", "ddp"], default="buckets",
+                        help="hetbench allreduce's impl (plain_ddp.py is always DDP)")
+    parser.add_argument("--also", type=Path,
+                        help="a directory holding another hetbench package: a third side")
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks"))
+    parser.add_argument("--name", default="harness_overhead",
+                        help="the result file's name (without .json)")
     args = parser.parse_args()
     results = []
+    sides = {"plain": lambda w: plain(args, w), "hetbench": lambda w: hetbench(args, w)}
+    if args.also:
+        sides["also"] = lambda w: hetbench(args, w, args.also)
     for workers in [int(w) for w in args.workers.split(",")]:
         pairs = []
         for i in range(args.pairs):
-            if i % 2 == 0:
-                (p, p_cpu), (h, h_cpu) = plain(args, workers), hetbench(args, workers)
-            else:
-                (h, h_cpu), (p, p_cpu) = hetbench(args, workers), plain(args, workers)
-            pairs.append({"plain": p, "hetbench": h, "ratio": h / p,
-                          "plain_cpu_ms": p_cpu, "hetbench_cpu_ms": h_cpu,
-                          "first": "plain" if i % 2 == 0 else "hetbench"})
-            print(f"w={workers} pair {i}: plain {p:8.1f}  hetbench {h:8.1f} samples/s  "
-                  f"ratio {h / p:.3f}   CPU per rank-iteration: plain {p_cpu:.3f} ms, "
-                  f"hetbench {h_cpu:.3f} ms", flush=True)
+            names = list(sides)
+            order = names[i % len(names):] + names[:i % len(names)]
+            measured = {name: sides[name](workers) for name in order}
+            (p, p_cpu), (h, h_cpu) = measured["plain"], measured["hetbench"]
+            pair = {"plain": p, "hetbench": h, "ratio": h / p, "plain_cpu_ms": p_cpu,
+                    "hetbench_cpu_ms": h_cpu, "first": order[0], "order": order}
+            line = (f"w={workers} round {i} ({', '.join(order)}): plain {p:8.1f}  hetbench "
+                    f"{h:8.1f} samples/s  ratio {h / p:.3f}")
+            if "also" in measured:
+                a, a_cpu = measured["also"]
+                pair.update(also=a, also_ratio=a / p, also_cpu_ms=a_cpu)
+                line += f"   --also {a:8.1f} ratio {a / p:.3f}"
+            pairs.append(pair)
+            print(line + f"   CPU per rank-iteration: plain {p_cpu:.3f} ms, hetbench "
+                  f"{h_cpu:.3f} ms", flush=True)
         ratios = sorted(pair["ratio"] for pair in pairs)
         quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
         row = {"workers": workers, "pairs": pairs, "median_ratio": statistics.median(ratios),
@@ -102,14 +139,20 @@ def main() -> None:
                "iqr": [quartiles[0], quartiles[2]],
                "median_cpu_ms": {side: statistics.median(pair[f"{side}_cpu_ms"] for pair in pairs)
                                  for side in ("plain", "hetbench")}}
+        if args.also:
+            row["also_median_ratio"] = statistics.median(pair["also_ratio"] for pair in pairs)
         results.append(row)
         print(f"w={workers}: median ratio {row['median_ratio']:.3f} "
               f"(min {ratios[0]:.3f}, max {ratios[-1]:.3f}, "
-              f"IQR {quartiles[0]:.3f}-{quartiles[2]:.3f})", flush=True)
+              f"IQR {quartiles[0]:.3f}-{quartiles[2]:.3f})"
+              + (f"; --also: median ratio {row['also_median_ratio']:.3f}" if args.also else ""),
+              flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "harness_overhead.json").write_text(json.dumps({
+    (args.out / f"{args.name}.json").write_text(json.dumps({
         "benchmark": "harness_overhead", "iterations": args.iterations, "hidden": args.hidden,
-        "batch": args.batch, "results": results, "command": " ".join(sys.argv),
+        "batch": args.batch, "model": args.model, "device": args.device, "impl": args.impl,
+        "also": str(args.also) if args.also else None,
+        "results": results, "command": " ".join(sys.argv),
         "time": datetime.datetime.now().isoformat()}, indent=1))
 
 

@@ -2,13 +2,20 @@
 from hetbench: the yardstick for what the harness costs (benchmarks/harness_overhead.py).
 
     .venv/bin/python benchmarks/plain_ddp.py --workers 4 --iterations 400 --hidden 128
+    python3 benchmarks/plain_ddp.py --device cuda --model resnet18 --workers 2 --batch 128
 
 It trains the same model as hetbench's `mlp-digits` (an MLP 64-hidden-10, batch 32 per worker,
 plain SGD) on scikit-learn's digits (all 1797 of them: mlp-digits holds a fifth out for testing,
-which changes nothing per iteration), on `--workers` gloo processes with one torch thread each,
-and prints one JSON line: throughput in samples/s, scored as hetbench scores a run (the window
-from the last worker's end of warm-up to the first worker's last iteration end; an iteration
-counts in proportion to its overlap with it), and CPU time per rank-iteration. The scoring is
+which changes nothing per iteration), on `--workers` gloo processes with one torch thread each;
+or, with `--model resnet18`, the same model as hetbench's `resnet18` (torchvision's ResNet-18,
+10 classes, on 32x32 images: 2048 seeded random ones, as its `synthetic = true`; SGD lr 0.05),
+on the CPU or on CUDA (`--device cuda`: rank r on GPU r mod the GPU count, so ranks share a GPU
+when there are more ranks than GPUs, and DDP runs over gloo, as hetbench then does). Each
+iteration indexes a batch on the host and copies it to the device, as a DataLoader loop does;
+the loop waits for the device only at the scored window's two ends. It prints one JSON line:
+throughput in samples/s, scored as hetbench scores a run (the window from the last worker's
+end of warm-up to the first worker's last iteration end; an iteration counts in proportion to
+its overlap with it), and CPU time per rank-iteration. The scoring is
 written out here again rather than imported, so that no hetbench code path is on either side
 of the comparison.
 """
@@ -39,19 +46,40 @@ def load_digits() -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(data[:, :-1] / 16.0), torch.from_numpy(data[:, -1].astype(np.int64))
 
 
+def synthetic_images(samples: int = 2048) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(11)
+    return torch.randn(samples, 3, 32, 32, generator=g), torch.randint(0, 10, (samples,),
+                                                                         generator=g)
+
+
 def train(rank: int, args: argparse.Namespace, port: int, results) -> None:
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
     dist.init_process_group("gloo", rank=rank, world_size=args.workers)
     torch.manual_seed(1)
-    x, y = load_digits()
+    if args.model == "resnet18":
+        from torchvision import models
+
+        x, y = synthetic_images()
+        net, lr = models.resnet18(num_classes=10), 0.05
+    else:
+        x, y = load_digits()
+        net, lr = nn.Sequential(nn.Linear(64, args.hidden), nn.ReLU(),
+                                nn.Linear(args.hidden, 10)), 0.1
     shard = np.random.default_rng(rank).permutation(len(x))[rank::args.workers]
     model = nn.parallel.DistributedDataParallel(
-        nn.Sequential(nn.Linear(64, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 10)))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        net.to(device), device_ids=[device] if device.type == "cuda" else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     spans = []
     position = len(shard)
-    for _ in range(args.iterations):
+    # The window's two ends (warm-up's last iteration, the last) are the only places the loop
+    # waits for the device: a host clock read there is then the device's too.
+    timed_ends = {args.warmup - 1, args.iterations - 1} if device.type == "cuda" else set()
+    for i in range(args.iterations):
         t_start = time.time_ns()
         if position + args.batch > len(shard):
             np.random.shuffle(shard)
@@ -59,8 +87,11 @@ def train(rank: int, args: argparse.Namespace, port: int, results) -> None:
         index = torch.from_numpy(shard[position:position + args.batch])
         position += args.batch
         optimizer.zero_grad()
-        nn.functional.cross_entropy(model(x[index]), y[index]).backward()
+        inputs, labels = x[index].to(device), y[index].to(device)
+        nn.functional.cross_entropy(model(inputs), labels).backward()
         optimizer.step()
+        if i in timed_ends:
+            torch.cuda.synchronize(device)
         spans.append((t_start, time.time_ns(), time.process_time()))
     dist.destroy_process_group()
     results[rank] = spans
@@ -93,6 +124,8 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--model", choices=["mlp", "resnet18"], default="mlp")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
     results = mp.Manager().dict()
     mp.spawn(train, args=(args, free_port(), results), nprocs=args.workers)
@@ -104,7 +137,8 @@ def main() -> None:
     print(json.dumps({"throughput": throughput(spans, args.batch, args.warmup),
                       "cpu_ms_per_iteration": cpu_ms,
                       "workers": args.workers, "iterations": args.iterations,
-                      "hidden": args.hidden, "batch": args.batch}))
+                      "hidden": args.hidden, "batch": args.batch, "model": args.model,
+                      "device": args.device}))
 
 
 if __name__ == "__main__":
