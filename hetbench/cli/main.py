@@ -126,8 +126,29 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
                    f"{max(c.world_size for c in local)} ranks shared its {os.cpu_count()} "
                    "cores and its loopback; for a cluster's costs use --network PRESET "
                    "(docs/network.md) or `bench sim`", err=True)
+        if note := _shared_gpu_note(out_dir, local):
+            click.echo(f"note: {note}", err=True)
     if failures:
         sys.exit(1)
+
+
+def _shared_gpu_note(out_dir: Path, configs) -> str | None:
+    """The report's shared-GPU note (reports/notes.py) for the runs just made, if their ranks
+    shared a GPU."""
+    if not any(c.device != "cpu" for c in configs):
+        return None
+    from hetbench.core.store import read_json
+    from hetbench.reports.notes import shared_gpu_note
+
+    runs = []
+    for config in configs:
+        try:
+            summary = read_json(out_dir / config.run_id / "summary.json")
+            env = read_json(out_dir / config.run_id / "env.json")
+        except (OSError, ValueError):
+            continue
+        runs.append({**summary, "hostname": env.get("hostname"), "gpu": env.get("gpu")})
+    return shared_gpu_note(runs)
 
 
 def _dilation_warnings(configs) -> list[str]:

@@ -44,6 +44,9 @@ from hetbench.network.shared import stream_key
 
 ReduceOp = dist.ReduceOp
 WORLD = "world"  # the stream name of messages on the world group (network/shared.py)
+#: Point-to-point tag of measure_staged_bandwidth's messages (before training: no algorithm's
+#: message is in flight then; the harness's other reserved tag is evaluation's 71).
+STAGED_PROBE_TAG = 72
 #: Store keys of the backend vote (choose_backend).
 _SHARED_GPU_KEY, _VOTES_KEY = "hetbench/comm/shared-gpu", "hetbench/comm/backend-votes"
 
@@ -136,6 +139,27 @@ class Comm:
         if self._staging is None:
             self._staging = HostStaging(self.device)
         return self._staging
+
+    def measure_staged_bandwidth(self, peer: int, numel: int, rounds: int = 3) -> float:
+        """MB/s (1e6 bytes) of one staged message between this rank and `peer`, who calls it
+        too: round trips of a `numel`-float tensor on this rank's device, after one warm-up,
+        halved. What point to point through host memory costs on this host, for the report."""
+        tensor = torch.zeros(numel, device=self.device)
+        first = self.rank < peer
+        started = 0.0
+        for i in range(rounds + 1):
+            if i == 1:
+                started = time.perf_counter()
+            if first:
+                self.send(tensor, peer, tag=STAGED_PROBE_TAG)
+                self.recv(tensor, peer, tag=STAGED_PROBE_TAG)
+            else:
+                self.recv(tensor, peer, tag=STAGED_PROBE_TAG)
+                self.send(tensor, peer, tag=STAGED_PROBE_TAG)
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+        one_way_s = (time.perf_counter() - started) / rounds / 2
+        return _nbytes(tensor) / 1e6 / one_way_s
 
     def describe(self) -> dict[str, object]:
         """What this rank ran on, for its done record and the report's metadata."""

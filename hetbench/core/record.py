@@ -167,8 +167,10 @@ def transport(done: list[dict[str, Any] | None]) -> dict[str, Any]:
         return {}
     backends = sorted({r["backend"] + (", point to point via host"
                                        if r.get("host_staged_p2p") else "") for r in known})
+    probed = [r["staged_p2p_mb_per_s"] for r in known if r.get("staged_p2p_mb_per_s")]
     return {"backend": "; ".join(backends),
-            "devices": [r["device"] if r else None for r in records]}
+            "devices": [r["device"] if r else None for r in records],
+            **({"staged_p2p_mb_per_s": min(probed)} if probed else {})}
 
 
 def network_fidelity(config: RunConfig, done: list[dict[str, Any] | None]) -> dict[str, Any]:

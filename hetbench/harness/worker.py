@@ -119,6 +119,12 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous, services: dic
                             services=services, end_compute=end_compute)
         progress.phase = "setup"
         algorithm.setup(ctx, model, optimizer)
+        if comm.stages_through_host and world_size >= 2 and rank < 2:
+            # What a staged message costs on this host, for the report's shared-GPU note: a
+            # model-sized message (up to 64 MB) between ranks 0 and 1, before the common start.
+            numel = min(sum(p.numel() for p in model.parameters()), 16 * 2**20)
+            progress.transport["staged_p2p_mb_per_s"] = comm.measure_staged_bandwidth(
+                1 - rank, numel)
         network = config.cluster()
         if network is not None:
             _check_one_host(comm, rank)

@@ -58,6 +58,69 @@ def host_notes(runs: pd.DataFrame) -> list[str]:
             "hop, ethernet-10g; docs/network.md) and emulated compute, or `bench sim`."]
 
 
+def shared_gpu_note(runs: list[dict]) -> str | None:
+    """The note for real runs whose ranks shared a GPU, or None: how many ranks shared which
+    GPU, that point to point went through host memory and at what speed, and what a cluster
+    would change. `runs`: each run's summary fields (`devices`, `backend`,
+    `staged_p2p_mb_per_s`) with its env.json's `hostname` and `gpu`.
+
+    A shared GPU ranks algorithms as this box does, not as a cluster would: the ranks' compute
+    competes for one device, and every point-to-point message crosses to the host and back
+    (gloo has no CUDA path for it), where collectives take gloo's own CUDA path. On a GPU
+    box, point-to-point algorithms then look worse than their bytes explain (issue 44)."""
+    shared: dict[tuple[str, str, str], int] = {}
+    staged, speeds = 0, []
+    for run in runs:
+        devices = run.get("devices")
+        if not isinstance(devices, list):
+            continue
+        counts: dict[str, int] = {}
+        for device in devices:
+            if isinstance(device, str) and device.startswith("cuda"):
+                counts[device] = counts.get(device, 0) + 1
+        sharing = {d: n for d, n in counts.items() if n > 1}
+        if not sharing:
+            continue
+        host, gpu = str(run.get("hostname") or "this host"), str(run.get("gpu") or "GPU")
+        for device, n in sharing.items():
+            key = (host, device, gpu)
+            shared[key] = max(shared.get(key, 0), n)
+        if "point to point via host" in _text(run.get("backend")):
+            staged += 1
+        speed = run.get("staged_p2p_mb_per_s")
+        if isinstance(speed, int | float) and speed == speed:
+            speeds.append(float(speed))
+    if not shared:
+        return None
+    where = "; ".join(f"up to {n} ranks on {device} ({gpu}) of {host}"
+                      for (host, device, gpu), n in sorted(shared.items()))
+    speed = (f", about {sorted(speeds)[len(speeds) // 2]:,.0f} MB/s for one model-sized "
+             "message, measured at each run's start" if speeds else "")
+    via_host = (f" Point-to-point messages went through host memory in {staged} run(s) (GPU "
+                f"-> pinned host buffer -> gloo over loopback -> host -> GPU{speed}); "
+                "collectives took gloo's own CUDA path." if staged else "")
+    return (f"Ranks shared a GPU ({where}): their compute competed for one device.{via_host} "
+            "With NCCL and a GPU per rank, messages go GPU to GPU, so point-to-point "
+            "algorithms (parameter server, D-PSGD, AD-PSGD, Hop) would rank differently "
+            "against All-Reduce than here. For a cluster's view, run the matrix with "
+            "`--network PRESET` (prague, hop, ethernet-10g; docs/network.md), or `bench sim` "
+            "with a `compute_preset`.")
+
+
+def gpu_notes(runs: pd.DataFrame) -> list[str]:
+    """shared_gpu_note over a report's real runs."""
+    if runs.empty or "devices" not in runs:
+        return []
+    rows = []
+    for _, run in runs.iterrows():
+        env = load_env(run["run_dir"])
+        rows.append({"devices": run.get("devices"), "backend": run.get("backend"),
+                     "staged_p2p_mb_per_s": run.get("staged_p2p_mb_per_s"),
+                     "hostname": env.get("hostname"), "gpu": env.get("gpu")})
+    note = shared_gpu_note(rows)
+    return [note] if note else []
+
+
 def network_notes(runs: pd.DataFrame) -> list[str]:
     """What an emulated network did to the numbers: which cluster, in which time, and which
     runs the host could not keep up with (their values are marked "(low fidelity)")."""

@@ -202,3 +202,24 @@ def test_a_receive_from_any_sender_on_nccl_is_refused_with_what_to_do():
     comm = Comm(0, 2, torch.device("cpu"), "nccl", dist.HashStore(), timeout_s=5)
     with pytest.raises(CommMisuse, match="needs gloo"):
         comm.recv(torch.zeros(2))
+
+
+def _traffic_and_probe(comm):
+    comm.stages_through_host = True
+    peer = 1 - comm.rank
+    if comm.rank == 0:
+        comm.send(torch.ones(4), dst=peer)
+    else:
+        comm.recv(torch.zeros(4), src=peer)
+    comm.all_reduce_(torch.ones(2))
+    traffic = dict(vars(comm.traffic))
+    return traffic, comm.measure_staged_bandwidth(peer, numel=1024, rounds=2)
+
+
+def test_comm_counts_what_it_moved_and_measures_a_staged_message():
+    (sender, speed0), (receiver, speed1) = on_ranks(_traffic_and_probe, 2)
+    assert sender == {"p2p_sent_bytes": 16, "p2p_received_bytes": 0, "collective_bytes": 8,
+                      "messages": 1}
+    assert receiver == {"p2p_sent_bytes": 0, "p2p_received_bytes": 16, "collective_bytes": 8,
+                        "messages": 0}
+    assert speed0 > 0 and speed1 > 0
