@@ -15,11 +15,23 @@
    backward, inside DDP's backward): the straggler's compute + slowdown is 3x its compute, and
    no rank's compute is shorter than the model's own GPU time.
 4. compute: benchmarks/gpu_compute.py, the papers' models' per-iteration compute.
+5. overhead (issue 44): benchmarks/harness_overhead.py on the GPU: `allreduce` (impl = ddp)
+   against plain_ddp.py, ResNet-18 (CIFAR form, synthetic images) at batch 128, 2 ranks sharing
+   the GPU, 150 iterations, 5 rounds in rotating order; with `--also DIR` (an older checkout's
+   `hetbench` package, e.g. .old/) a third side, to show what a change bought in one sitting.
+6. bandwidth: benchmarks/staged_bandwidth.py, a 44.7 MB message every way it can travel.
+7. shared: the six-algorithm matrix of issue 44 (ResNet-18 on the digits images, batch 32, 4
+   ranks sharing the GPU, 30 iterations, none and prob:5) and its report; with --also, its
+   `none` half again under the older checkout (shared-also/).
+8. profile: one `allreduce` (impl = ddp) run of step 5's setting with HETBENCH_PROFILE:
+   where an iteration's time goes (profile.rank0.txt).
 
-Everything lands under --out: matrix-cuda-<shard>/ and matrix-cpu/ (the runs), checks.json,
-compute.json, and each step's log; --bundle copies what matters into a few files. `--device cpu`
-runs every step on CPU (both halves of the matrix on CPU), to check this script before it spends
-GPU time.
+Steps run in the order 1+2 (at once), 5, 6, 7, 3, 8, 4; `--budget-s` skips a step that would
+not end in time (a device call is one sitting of a few minutes). Everything lands under --out:
+matrix-cuda-<shard>/ and matrix-cpu/ (the runs), checks.json, compute.json, overhead.json,
+bandwidth.json, shared/ (with report.md), and each step's log; --bundle copies what matters
+into a few files. `--device cpu` runs every step on CPU (both halves of the matrix on CPU), to
+check this script before it spends GPU time.
 """
 
 from __future__ import annotations
@@ -85,6 +97,58 @@ def timing_matrix(device: str, quick: bool) -> tuple[str, str, int]:
     return text, workload, batch
 
 
+SHARED_ALGORITHMS = ["allreduce", "ps-async", "dpsgd", "adpsgd", "hop", "prague-smart"]
+
+
+def shared_matrix(device: str, quick: bool, slowdowns: list[str]) -> str:
+    """Issue 44's matrix: ResNet-18 (CIFAR form) on the digits images, 4 ranks sharing the GPU."""
+    return "\n".join([
+        f'name = "gpu-shared-{device}"', f"algorithms = {json.dumps(SHARED_ALGORITHMS)}",
+        'workloads = ["resnet18"]', "workers = [4]", f"slowdown = {json.dumps(slowdowns)}",
+        "seeds = [1]", f"iterations = {10 if quick else 30}", "warmup_iterations = 3",
+        f'device = "{device}"', "comm_timeout_s = 60",
+        "[workload.resnet18]", 'dataset = "digits"', f"batch_size = {4 if quick else 32}",
+        ]) + "\n"
+
+
+def shared_table(out: Path) -> list[dict]:
+    """Per run of the shared matrix: throughput, its ratio to All-Reduce's at the same slowdown,
+    the bytes a worker moved per iteration, and the step's time (t_end - t_sync, the part of
+    an iteration after compute: the synchronization and the update) per iteration."""
+    import statistics
+
+    from hetbench.core.store import read_jsonl
+    from hetbench.reports.load import load_runs
+
+    runs = load_runs(out)
+    rows = []
+    for _, run in runs.iterrows():
+        steps = []
+        for rank in range(int(run["workers"])):
+            events = read_jsonl(Path(run["run_dir"]) / f"events.rank{rank}.jsonl")[0][3:]
+            steps += [(e["t_end"] - e["t_start"]) / 1e9 - e["compute_s"] - e["slowdown_s"]
+                      for e in events]
+            computes = [e["compute_s"] for e in events]
+        mb = (run.get("p2p_mb_per_iteration") or 0.0) + (
+            run.get("collective_mb_per_iteration") or 0.0)
+        step_s = statistics.median(steps) if steps else float("nan")
+        rows.append({"algorithm": run["algorithm"], "slowdown": run["slowdown"],
+                     "status": run["status"], "throughput": run.get("throughput"),
+                     "p2p_mb_per_iteration": run.get("p2p_mb_per_iteration"),
+                     "collective_mb_per_iteration": run.get("collective_mb_per_iteration"),
+                     "median_step_ms": step_s * 1e3,
+                     "median_compute_ms": statistics.median(computes) * 1e3 if computes
+                     else None,
+                     "mb_per_s_in_step": mb / step_s if step_s == step_s and step_s else None,
+                     "staged_p2p_mb_per_s": run.get("staged_p2p_mb_per_s")})
+    for row in rows:
+        base = next((r["throughput"] for r in rows if r["algorithm"] == "allreduce"
+                     and r["slowdown"] == row["slowdown"]), None)
+        row["ratio_to_allreduce"] = (row["throughput"] / base if base and row["throughput"]
+                                     else None)
+    return rows
+
+
 def check_timing(out: Path, workload: str, batch: int) -> list[dict]:
     """Rank 1's (compute + slowdown) / compute is 3 at each iteration, and each rank's compute
     is no shorter than the model's own GPU time (the compute table's, one process alone)."""
@@ -93,7 +157,8 @@ def check_timing(out: Path, workload: str, batch: int) -> list[dict]:
     from hetbench.core.store import read_jsonl
     from hetbench.reports.load import load_runs
 
-    table = json.loads((out / "compute.json").read_text())["rows"]
+    table = (json.loads((out / "compute.json").read_text())["rows"]
+             if (out / "compute.json").exists() else [])  # no compute step: ratio alone
     alone_ms = next((r["median_ms"] for r in table if r["workload"] == workload
                      and r["input"] == "cifar10-32" and r["batch"] == batch
                      and "median_ms" in r), None)
@@ -113,8 +178,8 @@ def check_timing(out: Path, workload: str, batch: int) -> list[dict]:
                                            for e in events)}
         ratio = per_rank[1]["ratio"]
         shortest = min(r["compute_ms"] for r in per_rank.values())
-        check["ok"] = bool(abs(ratio - 3) < 0.15 and alone_ms is not None
-                           and shortest >= 0.9 * alone_ms)
+        check["ok"] = bool(abs(ratio - 3) < 0.15 and (alone_ms is None
+                                                       or shortest >= 0.9 * alone_ms))
         computes = [round(r["compute_ms"], 1) for r in per_rank.values()]
         check["detail"] = (f"rank 1 (compute + slowdown) / compute = {ratio:.3f} (want 3); "
                            f"compute ms per rank {computes} against {alone_ms} ms alone "
@@ -125,9 +190,14 @@ def check_timing(out: Path, workload: str, batch: int) -> list[dict]:
 
 
 def run_logged(cmd: list[str], log: Path, timeout_s: float, env=None) -> subprocess.Popen:
+    return run_logged_in(ROOT, cmd, log, timeout_s, env)
+
+
+def run_logged_in(cwd: Path, cmd: list[str], log: Path, timeout_s: float,
+                  env=None) -> subprocess.Popen:
     print(f"$ {' '.join(cmd)}  (log: {log.name})", flush=True)
     handle = log.open("w")
-    proc = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT,
+    proc = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, cwd=cwd,
                             env=env or os.environ.copy(), start_new_session=True)
     proc.deadline = time.monotonic() + timeout_s  # type: ignore[attr-defined]
     return proc
@@ -206,7 +276,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, default=2,
                         help="the device half of the matrix as this many concurrent bench runs")
     parser.add_argument("--skip", default="", help="comma-separated steps to skip: "
-                        "matrix, tests, timing, compute")
+                        "matrix, tests, timing, compute, overhead, bandwidth, shared, profile")
+    parser.add_argument("--also", type=Path, help="a directory holding an older hetbench "
+                        "package: a third side in overhead, and shared's none half again")
+    parser.add_argument("--budget-s", type=float, default=480,
+                        help="skip a step that would not end within this many seconds")
     parser.add_argument("--bundle", type=Path,
                         help="also copy checks.json, compute.json and a tarball of the rest "
                              "(models left out) here: what a device call brings back")
@@ -274,8 +348,85 @@ def main(argv: list[str] | None = None) -> int:
         checks.append({"check": "tests/distributed/test_gpu.py", "ok": codes["tests"] == 0,
                        "detail": f"exit {codes['tests']}: " + " | ".join(tail)})
 
+    def time_left(step: str, needs_s: float) -> bool:
+        """Whether `step` (about needs_s seconds) still fits the budget; else a skip is noted."""
+        left = args.budget_s - (time.monotonic() - started)
+        if step in skip:
+            return False
+        if left < needs_s:
+            checks.append({"check": step, "ok": False,
+                           "detail": f"skipped: {left:.0f} s of the budget left, needs ~"
+                                     f"{needs_s:.0f} s"})
+            return False
+        return True
+
+    def saved() -> None:  # after each step: a cut-off sitting keeps what it measured
+        (out / "checks.json").write_text(json.dumps(checks, indent=1, default=str))
+        if args.bundle:
+            bundle(out, args.bundle)
+
+    saved()
+    quick = ["--pairs", "2", "--iterations", "10", "--batch", "4"] if args.quick else [
+        "--pairs", "5", "--iterations", "150", "--batch", "128"]
+    also = ["--also", str(args.also)] if args.also else []
+    if time_left("overhead", 60 if args.quick else 150):
+        t0 = time.monotonic()
+        code = finish(run_logged(
+            [py, "benchmarks/harness_overhead.py", "--device", args.device, "--model",
+             "resnet18", "--impl", "ddp", "--workers", "2", *quick, *also, "--out", str(out),
+             "--name", "overhead"], out / "overhead.log", 400, env))
+        detail = f"exit {code} in {time.monotonic() - t0:.0f} s"
+        ok = False
+        if (out / "overhead.json").exists():
+            row = json.loads((out / "overhead.json").read_text())["results"][0]
+            ok = code == 0 and (args.device != "cuda" or row["median_ratio"] >= 0.98)
+            detail += (f"; median ratio {row['median_ratio']:.3f} (goal >= 0.98), pairs "
+                       f"{[round(p['ratio'], 3) for p in row['pairs']]}")
+            if "also_median_ratio" in row:
+                detail += (f"; --also {args.also}: median {row['also_median_ratio']:.3f}, "
+                           f"{[round(p['also_ratio'], 3) for p in row['pairs']]}")
+        checks.append({"check": "overhead: harness vs plain DDP, resnet18 b128, 2 ranks",
+                       "ok": ok, "detail": detail})
+        saved()
+    if time_left("bandwidth", 30):
+        code = finish(run_logged(
+            [py, "benchmarks/staged_bandwidth.py", "--device", args.device,
+             *(["--mb", "4"] if args.quick else []), "--out", str(out / "bandwidth.json")],
+            out / "bandwidth.log", 120, env))
+        detail = f"exit {code}"
+        if (out / "bandwidth.json").exists():
+            rows = json.loads((out / "bandwidth.json").read_text())["rows"]
+            detail += "; MB/s " + ", ".join(f"{k} {v['mb_per_s']:.0f}" for k, v in rows.items())
+        checks.append({"check": "bandwidth: staged point to point", "ok": code == 0,
+                       "detail": detail})
+        saved()
+    if time_left("shared", 60 if args.quick else 130):
+        t0 = time.monotonic()
+        (out / "shared.toml").write_text(shared_matrix(args.device, args.quick,
+                                                       ["none", "prob:5"]))
+        code = finish(run_logged([py, "-m", "hetbench", "run", str(out / "shared.toml"),
+                                  "--out", str(out / "shared")], out / "shared.log", 300, env))
+        report = subprocess.run([py, "-m", "hetbench", "report", str(out / "shared")],
+                                capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+        detail = f"bench run exit {code}, bench report exit {report.returncode}, " \
+                 f"{time.monotonic() - t0:.0f} s"
+        try:
+            table = shared_table(out / "shared")
+            (out / "shared.json").write_text(json.dumps(table, indent=1, default=str))
+            detail += "; ratio to allreduce: " + ", ".join(
+                f"{r['algorithm']} {r['slowdown']} {r['ratio_to_allreduce']:.3f}"
+                for r in table if r["ratio_to_allreduce"])
+        except Exception as exc:
+            detail += f"; table: {type(exc).__name__}: {exc}"
+        note = report.returncode == 0 and "Ranks shared a GPU" in (
+            out / "shared" / "report.md").read_text()
+        checks.append({"check": "shared: six algorithms, 4 ranks on one GPU",
+                       "ok": code == 0 and (note or args.device != "cuda"),
+                       "detail": detail + f"; shared-GPU note in report.md: {note}"})
+        saved()
+
     timing = None
-    if "timing" not in skip:
+    if time_left("timing", 25 if args.quick else 50):
         t0 = time.monotonic()
         text, workload, batch = timing_matrix(args.device, args.quick)
         (out / "timing.toml").write_text(text)
@@ -283,8 +434,56 @@ def main(argv: list[str] | None = None) -> int:
                                   "--out", str(out / "timing")], out / "timing.log", 180, env))
         print(f"timing: exit {code} in {time.monotonic() - t0:.0f} s", flush=True)
         timing = (workload, batch)
+        if "compute" in skip:
+            try:
+                checks += check_timing(out, *timing)
+            except Exception as exc:
+                checks.append({"check": "timing", "ok": False,
+                               "detail": f"could not read the runs: {type(exc).__name__}: "
+                                         f"{exc}"})
+            timing = None
+        saved()
 
-    if "compute" not in skip:
+    if time_left("profile", 40 if args.quick else 30):
+        (out / "profile.toml").write_text("\n".join([
+            'name = "gpu-profile"', 'algorithms = ["allreduce"]', 'workloads = ["resnet18"]',
+            "workers = [2]", 'slowdown = ["none"]', "seeds = [1]",
+            f"iterations = {12 if args.quick else 120}", f'device = "{args.device}"',
+            "[algorithm.allreduce]", 'impl = "ddp"', "[workload.resnet18]", "synthetic = true",
+            f"batch_size = {4 if args.quick else 128}"]) + "\n")
+        code = finish(run_logged([py, "-m", "hetbench", "run", str(out / "profile.toml"),
+                                  "--out", str(out / "profile")], out / "profile.log", 120,
+                                 {**env, "HETBENCH_PROFILE": "5:5" if args.quick else "60:30"}))
+        tables = sorted((out / "profile").glob("*/profile.rank0.txt"))
+        if tables:
+            (out / "profile.rank0.txt").write_text(tables[0].read_text())
+        checks.append({"check": "profile: HETBENCH_PROFILE", "ok": code == 0 and bool(tables),
+                       "detail": f"exit {code}; profile.rank0.txt written: {bool(tables)}"})
+        saved()
+
+    if args.also and time_left("shared-also", 40 if args.quick else 70):
+        (out / "shared-also.toml").write_text(shared_matrix(args.device, args.quick, ["none"]))
+        also_env = {**env, "PYTHONPATH": os.pathsep.join([str(args.also.resolve()),
+                                                          env["PYTHONPATH"]])}
+        # From --out, not the checkout: `python -m` would find this checkout's package first.
+        code = finish(run_logged_in(out, [py, "-m", "hetbench", "run",
+                                          str(out / "shared-also.toml"), "--out",
+                                          str(out / "shared-also")],
+                                    out / "shared-also.log", 200, also_env))
+        detail = f"exit {code}"
+        try:
+            table = shared_table(out / "shared-also")
+            (out / "shared-also.json").write_text(json.dumps(table, indent=1, default=str))
+            detail += "; ratio to allreduce: " + ", ".join(
+                f"{r['algorithm']} {r['ratio_to_allreduce']:.3f}"
+                for r in table if r["ratio_to_allreduce"])
+        except Exception as exc:
+            detail += f"; table: {type(exc).__name__}: {exc}"
+        checks.append({"check": f"shared-also: the none half under {args.also}",
+                       "ok": code == 0, "detail": detail})
+        saved()
+
+    if "compute" not in skip and time_left("compute", 120):
         t0 = time.monotonic()
         cmd = [py, "benchmarks/gpu_compute.py", "--device", args.device,
                "--out", str(out / "compute.json")]
@@ -313,7 +512,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def bundle(out: Path, dest: Path) -> None:
-    """checks.json, compute.json and everything else (final models left out) as one tarball."""
+    """checks.json, compute.json and everything else (final models and profile traces left
+    out) as one tarball."""
     import shutil
     import tarfile
 
@@ -322,8 +522,10 @@ def bundle(out: Path, dest: Path) -> None:
         if (out / name).exists():
             shutil.copy(out / name, dest / name)
     with tarfile.open(dest / "results.tgz", "w:gz") as tar:
-        tar.add(out, arcname="gpu-check",
-                filter=lambda info: None if info.name.endswith(".npy") else info)
+        # Final models and the profiler's Chrome traces (tens of MB) stay behind.
+        tar.add(out, arcname="gpu-check", filter=lambda info: None if info.name.endswith(
+            ".npy") or (Path(info.name).name.startswith("profile.rank")
+                        and info.name.endswith(".json")) else info)
 
 
 if __name__ == "__main__":

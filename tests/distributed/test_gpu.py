@@ -65,6 +65,24 @@ def _every_primitive_on_cuda(comm):
         out["sender"] = comm.recv(second)
         assert first.device == second.device == cuda  # delivered into the caller's tensors
         out["first"], out["second"] = first.tolist(), second.tolist()
+    # Large messages, isends in flight while the sender changes its tensor at once on the GPU:
+    # what arrives is what the tensor held at isend (the staged copy was made before return).
+    big = torch.empty(1 << 20, device=cuda)
+    received = []
+    for i in range(6):
+        if comm.rank == 0:
+            big.fill_(float(i))
+            work = comm.isend(big, dst=1, tag=6)
+            big.fill_(-1.0)
+            work.wait()
+        else:
+            comm.irecv(big, src=0, tag=6).wait()
+            received.append((big.min().item(), big.max().item()))
+    out["received"] = received
+    if comm.stages_through_host:
+        free = [b for buffers in comm.staging._free.values() for b in buffers]
+        out["pinned"] = bool(free) and all(b.is_pinned() for b in free)
+        out["allocated"] = comm.staging.allocated
     return out
 
 
@@ -78,13 +96,18 @@ def test_two_ranks_run_every_comm_primitive_on_cuda_tensors():
         assert r["broadcast"] == [1.0] * 3
         assert np.allclose(r["p_reduce"], ((_values(0) + _values(1)) / 2).tolist())
     assert results[1]["first"] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert results[1]["received"] == [(float(i), float(i)) for i in range(6)]
+    if shared:  # pinned, reused: one buffer per message size, however many messages
+        assert all(r["pinned"] for r in results)
+        assert all(r["allocated"] <= 4 for r in results), [r["allocated"] for r in results]
     assert results[1]["second"] == [4.0, 2.0]
     assert results[1]["sender"] == 0
 
 
 def test_compute_time_waits_for_the_gpu():
     """ComputeEnd's compute time on a real GPU: at least the kernels' own time (CUDA events),
-    though the host returns from launching them at once."""
+    though the host returns from launching them at once, and read without the host waiting
+    for them (the device's events, resolved once the device has passed them)."""
     from hetbench.harness.compute_end import ComputeEnd
     from hetbench.slowdown import parse_slowdown
 
@@ -101,8 +124,14 @@ def test_compute_time_waits_for_the_gpu():
     end_event.record()
     launch_s = (time.time_ns() - launched) / 1e9
     end()
+    pending = end.step_done()
+    returned_s = (time.time_ns() - launched) / 1e9
+    times = pending.resolve()
     kernels_s = start_event.elapsed_time(end_event) / 1e3
-    assert end.compute_s >= 0.95 * kernels_s, (end.compute_s, kernels_s, launch_s)
+    assert times.compute_s >= 0.95 * kernels_s, (times.compute_s, kernels_s, launch_s)
+    assert times.compute_s <= 1.05 * kernels_s + 0.002, (times.compute_s, kernels_s)
+    assert returned_s < 0.5 * kernels_s, (returned_s, kernels_s)  # the host did not wait
+    assert end.compute_waits == 0
 
 
 @pytest.mark.parametrize("algorithm", ["allreduce", "prague-static", "dpsgd", "sgp"])
