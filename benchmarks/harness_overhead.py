@@ -59,11 +59,13 @@ def run(command: list[str], env: dict | None = None, cwd: str | None = None) -> 
     return done.stdout
 
 
-def plain(args: argparse.Namespace, workers: int) -> tuple[float, float]:
+def plain(args: argparse.Namespace, workers: int,
+          extra: tuple[str, ...] = ()) -> tuple[float, float]:
     """Throughput and CPU milliseconds per rank-iteration of the plain loop."""
     out = run([sys.executable, str(HERE / "plain_ddp.py"), "--workers", str(workers),
                "--iterations", str(args.iterations), "--hidden", str(args.hidden),
-               "--batch", str(args.batch), "--model", args.model, "--device", args.device])
+               "--batch", str(args.batch), "--model", args.model, "--device", args.device,
+               *extra])
     result = json.loads(out.splitlines()[-1])
     return result["throughput"], result["cpu_ms_per_iteration"]
 
@@ -106,6 +108,8 @@ def main() -> None:
                         help="hetbench allreduce's impl (plain_ddp.py is always DDP)")
     parser.add_argument("--also", type=Path,
                         help="a directory holding another hetbench package: a third side")
+    parser.add_argument("--plain-hook", action="store_true",
+                        help="a side more: the plain loop with a Python communication hook")
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks"))
     parser.add_argument("--name", default="harness_overhead",
                         help="the result file's name (without .json)")
@@ -114,6 +118,8 @@ def main() -> None:
     sides = {"plain": lambda w: plain(args, w), "hetbench": lambda w: hetbench(args, w)}
     if args.also:
         sides["also"] = lambda w: hetbench(args, w, args.also)
+    if args.plain_hook:
+        sides["plain_hook"] = lambda w: plain(args, w, ("--hook",))
     for workers in [int(w) for w in args.workers.split(",")]:
         pairs = []
         for i in range(args.pairs):
@@ -125,6 +131,10 @@ def main() -> None:
                     "hetbench_cpu_ms": h_cpu, "first": order[0], "order": order}
             line = (f"w={workers} round {i} ({', '.join(order)}): plain {p:8.1f}  hetbench "
                     f"{h:8.1f} samples/s  ratio {h / p:.3f}")
+            if "plain_hook" in measured:
+                ph, ph_cpu = measured["plain_hook"]
+                pair.update(plain_hook=ph, plain_hook_ratio=ph / p, plain_hook_cpu_ms=ph_cpu)
+                line += f"   plain+hook {ph:8.1f} ratio {ph / p:.3f}"
             if "also" in measured:
                 a, a_cpu = measured["also"]
                 pair.update(also=a, also_ratio=a / p, also_cpu_ms=a_cpu)
@@ -139,6 +149,9 @@ def main() -> None:
                "iqr": [quartiles[0], quartiles[2]],
                "median_cpu_ms": {side: statistics.median(pair[f"{side}_cpu_ms"] for pair in pairs)
                                  for side in ("plain", "hetbench")}}
+        if args.plain_hook:
+            row["plain_hook_median_ratio"] = statistics.median(
+                pair["plain_hook_ratio"] for pair in pairs)
         if args.also:
             row["also_median_ratio"] = statistics.median(pair["also_ratio"] for pair in pairs)
         results.append(row)

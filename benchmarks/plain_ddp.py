@@ -73,6 +73,13 @@ def train(rank: int, args: argparse.Namespace, port: int, results) -> None:
     shard = np.random.default_rng(rank).permutation(len(x))[rank::args.workers]
     model = nn.parallel.DistributedDataParallel(
         net.to(device), device_ids=[device] if device.type == "cuda" else None)
+    if args.hook:  # DDP's all-reduce through a Python communication hook, as hetbench's is
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        def hook(state, bucket):
+            return default_hooks.allreduce_hook(state, bucket)
+
+        model.register_comm_hook(None, hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     spans = []
     position = len(shard)
@@ -126,6 +133,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--model", choices=["mlp", "resnet18"], default="mlp")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--hook", action="store_true",
+                        help="all-reduce through a Python communication hook (torch's "
+                             "allreduce_hook), as hetbench's impl = ddp does")
     args = parser.parse_args()
     results = mp.Manager().dict()
     mp.spawn(train, args=(args, free_port(), results), nprocs=args.workers)
