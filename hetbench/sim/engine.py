@@ -400,7 +400,13 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path,
 
 
 #: Summary fields only a real run's host can measure: a simulated summary names them as absent.
-REAL_ONLY = ("launcher", "backend", "devices", "fidelity", "network")
+REAL_ONLY = ("launcher", "backend", "devices", "fidelity", "network", "p2p_mb_per_iteration",
+             "collective_mb_per_iteration", "staged_p2p_mb_per_s")
+#: REAL_ONLY fields a real run has only sometimes: an emulated network's, and a staged
+#: message's speed (ranks sharing a GPU); a simulated summary names them absent only then.
+SOMETIMES = {"fidelity": lambda config: bool(config.network),
+             "network": lambda config: bool(config.network),
+             "staged_p2p_mb_per_s": lambda config: False}
 
 
 def _summary(config: RunConfig, models: SimModels, engine: Engine, status: str,
@@ -415,7 +421,7 @@ def _summary(config: RunConfig, models: SimModels, engine: Engine, status: str,
         "data": "none (simulated)",
         # What a real summary of this config would hold that no simulation can measure.
         "absent": [key for key in REAL_ONLY
-                   if key not in ("fidelity", "network") or config.network],
+                   if key not in SOMETIMES or SOMETIMES[key](config)],
     }
     # A simulated run has no start-up: its wall time is the simulated training span.
     summary["wall_s"] = summary["train_wall_s"]
