@@ -259,18 +259,22 @@ class Engine:
 
     def end_step(self, w: int, t_end: float, wait_s: float, fields: dict | str | None = None,
                  next_iteration: int | None = None, *, peers: int | None = None,
-                 staleness: float | None = None, discarded: bool = False) -> None:
+                 staleness: float | None = None, discarded: bool = False,
+                 peer_ranks=None) -> None:
         """Worker w's step ends at t_end (>= now) after waiting wait_s for peers; `peers`,
-        `staleness` and `discarded` are the real step's StepInfo fields."""
+        `staleness`, `discarded` and `peer_ranks` (the ranks it synchronized with) are the
+        real step's StepInfo fields."""
         if t_end > self.now:
             self.at(t_end, self._end, w, t_end, wait_s, fields, next_iteration, peers,
-                    staleness, discarded)
+                    staleness, discarded, peer_ranks)
         else:
-            self._end(w, t_end, wait_s, fields, next_iteration, peers, staleness, discarded)
+            self._end(w, t_end, wait_s, fields, next_iteration, peers, staleness, discarded,
+                      peer_ranks)
 
     def _end(self, w: int, t_end: float, wait_s: float, fields: dict | str | None,
              next_iteration: int | None, peers: int | None = None,
-             staleness: float | None = None, discarded: bool = False) -> None:
+             staleness: float | None = None, discarded: bool = False,
+             peer_ranks=None) -> None:
         self.active -= 1
         k = self.iteration[w]
         step_s = t_end - self.t_sync[w]
@@ -281,7 +285,8 @@ class Engine:
             wait_s = step_s
         if self.sink is not None:
             self.sink.add(w, k, self.t_start[w], t_end, self._compute_s[w], self._slowdown[w],
-                          step_s - wait_s, wait_s, fields, peers, staleness, discarded)
+                          step_s - wait_s, wait_s, fields, peers, staleness, discarded,
+                          peer_ranks)
         self.events += 1
         self.iteration[w] = k + 1 if next_iteration is None else next_iteration
         if self.learner is not None:
@@ -400,7 +405,13 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path,
 
 
 #: Summary fields only a real run's host can measure: a simulated summary names them as absent.
-REAL_ONLY = ("launcher", "backend", "devices", "fidelity", "network")
+REAL_ONLY = ("launcher", "backend", "devices", "fidelity", "network", "p2p_mb_per_iteration",
+             "collective_mb_per_iteration", "staged_p2p_mb_per_s")
+#: REAL_ONLY fields a real run has only sometimes: an emulated network's, and a staged
+#: message's speed (ranks sharing a GPU); a simulated summary names them absent only then.
+SOMETIMES = {"fidelity": lambda config: bool(config.network),
+             "network": lambda config: bool(config.network),
+             "staged_p2p_mb_per_s": lambda config: False}
 
 
 def _summary(config: RunConfig, models: SimModels, engine: Engine, status: str,
@@ -415,7 +426,7 @@ def _summary(config: RunConfig, models: SimModels, engine: Engine, status: str,
         "data": "none (simulated)",
         # What a real summary of this config would hold that no simulation can measure.
         "absent": [key for key in REAL_ONLY
-                   if key not in ("fidelity", "network") or config.network],
+                   if key not in SOMETIMES or SOMETIMES[key](config)],
     }
     # A simulated run has no start-up: its wall time is the simulated training span.
     summary["wall_s"] = summary["train_wall_s"]
