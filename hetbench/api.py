@@ -63,6 +63,7 @@ from hetbench.errors import UserError
 from hetbench.sim.protocol import Meetings, MemberCaches, Protocol, Steps
 
 __all__ = [
+    "WAIT_RULES",
     "Algorithm",
     "Comm",
     "CommMisuse",
@@ -74,7 +75,6 @@ __all__ = [
     "StepInfo",
     "Steps",
     "UserError",
-    "WAIT_RULES",
     "WaitRule",
     "WorkerContext",
     "Workload",
