@@ -15,6 +15,11 @@ The real half of an algorithm
 - `Comm` (`ctx.comm`): all_reduce_, average_, broadcast_, barrier, group (fixed groups, made in
   setup), p_reduce_ (groups formed on the fly), send/recv/isend/irecv, channel and the *_on
   forms, rpc; `ReduceOp`; `CommMisuse` (an operation that could only hang, refused).
+- How the reports attribute its waits ("who waited for whom"): `wait_rule`, a class attribute
+  (or a classmethod of (options, workers)) naming one of `WAIT_RULES` ("all", "neighbours",
+  "from", "group", "peer", "server", "quorum", "named"; the dict says what each reads from
+  the log and how it attributes), or a `WaitRule` of the plugin's own. Undeclared, the
+  reports infer one from the fields the steps log.
 - Tensor helpers: params_of, flat_params, set_flat_params, flat_grads, set_flat_grads,
   flat_state, set_flat_state, flat_params_numel, buckets.
 
@@ -52,11 +57,13 @@ from hetbench.core.tensors import (
     set_flat_params,
     set_flat_state,
 )
+from hetbench.core.waits import WAIT_RULES, WaitRule
 from hetbench.core.workload import Workload, WorkloadOptions
 from hetbench.errors import UserError
 from hetbench.sim.protocol import Meetings, MemberCaches, Protocol, Steps
 
 __all__ = [
+    "WAIT_RULES",
     "Algorithm",
     "Comm",
     "CommMisuse",
@@ -68,6 +75,7 @@ __all__ = [
     "StepInfo",
     "Steps",
     "UserError",
+    "WaitRule",
     "WorkerContext",
     "Workload",
     "WorkloadOptions",

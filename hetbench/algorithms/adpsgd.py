@@ -63,6 +63,7 @@ class ADPSGD(Algorithm):
     name = "adpsgd"
     description = "AD-PSGD: active workers average with a random passive neighbour, asynchronously"
     Config = ADPSGDOptions
+    wait_rule = "peer"
 
     @classmethod
     def simulated_protocol(cls):

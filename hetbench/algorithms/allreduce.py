@@ -134,6 +134,7 @@ class AllReduce(Algorithm):
     name = "allreduce"
     description = "ring all-reduce of gradients every step; everyone waits for the slowest"
     Config = AllReduceOptions
+    wait_rule = "all"
 
     @classmethod
     def optional_features(cls):

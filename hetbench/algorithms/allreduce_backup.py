@@ -50,6 +50,7 @@ class AllReduceBackup(Algorithm):
     description = ("synchronous SGD with b backup workers: each step averages the first n - b "
                    "gradients to arrive, through an aggregator rank (Chen et al. 2016)")
     Config = BackupOptions
+    wait_rule = "quorum"
     #: Workers do not advance in lock step: the b slowest fall behind by design, and a worker
     #: may end its budget long after the others (a per-iteration budget agreement, or an
     #: evaluation that starts without it, would hold everyone to the slowest again).

@@ -46,6 +46,7 @@ class DiLoCo(Algorithm):
     description = ("DiLoCo: H local inner steps, then an outer Nesterov step on the averaged "
                    "pseudo-gradient (Douillard et al. 2023)")
     Config = DiLoCoOptions
+    wait_rule = "all"  # at its outer steps; inner steps meet nobody
 
     @classmethod
     def intended_sync_share(cls, config, workers):

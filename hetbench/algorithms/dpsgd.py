@@ -122,7 +122,7 @@ class DPSGD(Algorithm):
     name = "dpsgd"
     description = "D-PSGD: synchronous gossip, x_i <- sum_j W_ij x_j - lr g_i over a fixed graph"
     Config = GossipOptions
-
+    wait_rule = "neighbours"
 
     @classmethod
     def simulated_protocol(cls):

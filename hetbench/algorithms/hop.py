@@ -152,6 +152,7 @@ class Hop(Algorithm):
     description = ("Hop: decentralized, queue-based sync with backup workers, bounded staleness "
                    "and iteration skipping")
     Config = HopOptions
+    wait_rule = "named"  # its receiver notes whose message ended each wait
 
     @classmethod
     def simulated_protocol(cls):

@@ -79,6 +79,7 @@ class _ParameterServer(Algorithm):
 class ParameterServerSync(_ParameterServer):
     name = "ps-sync"
     description = "parameter server, synchronous: average of all workers' gradients per step"
+    wait_rule = "all"
 
     @classmethod
     def simulated_protocol(cls):
@@ -115,6 +116,7 @@ class ParameterServerSync(_ParameterServer):
 class ParameterServerAsync(_ParameterServer):
     name = "ps-async"
     description = "parameter server, asynchronous: each gradient applied on arrival"
+    wait_rule = "server"
 
     @classmethod
     def simulated_protocol(cls):

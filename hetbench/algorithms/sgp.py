@@ -74,6 +74,7 @@ class SGP(Algorithm):
     description = ("SGP: push-sum over the time-varying directed exponential graph, one peer "
                    "per iteration, waiting for each iteration's messages (Assran et al. 2019)")
     Config = SGPOptions
+    wait_rule = "from"  # one in-peer per iteration, named by its senders
 
     @classmethod
     def simulated_protocol(cls):

@@ -97,6 +97,9 @@ class LocalSGD(Algorithm):
     name = "local-sgd"
     description = "local SGD: `period` local steps, then all workers average their models"
     Config = LocalSGDOptions
+    #: How the reports attribute its waits (core.algorithm.WAIT_RULES): its averaging steps are
+    #: collectives over every worker; its local steps meet nobody.
+    wait_rule = "all"
 
     @classmethod
     def intended_sync_share(cls, config, workers):

@@ -19,6 +19,7 @@ from torch import nn
 
 from hetbench.core.config import RunConfig
 from hetbench.core.context import WorkerContext
+from hetbench.core.waits import WaitRule
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,6 +107,17 @@ class Algorithm(ABC):
         least one peer (StepInfo.peers > 0). A report flags runs that fall markedly below it:
         a throughput win bought by synchronizing less than the protocol intends."""
         return 1.0
+
+    @classmethod
+    def wait_rule(cls, config: Any, workers: int) -> str | WaitRule | None:
+        """How the reports attribute this algorithm's waits to the workers waited on: a name
+        from WAIT_RULES (what each means is there), or a WaitRule of the algorithm's own. A
+        class attribute does as well (`wait_rule = "all"`) where options do not change it.
+        None (the default, for algorithms written before it existed): the reports infer one
+        from what the log holds (named where steps log waited_on, group where they log
+        P-Reduce members, from where they name the ranks met). The run's summary.json records
+        it (`wait_rule`), so reports need not import the algorithm."""
+        return None
 
     @classmethod
     def optional_features(cls) -> dict[str, str | None]:

@@ -25,6 +25,7 @@ from typing import Any
 from hetbench.core.config import SCHEMA_VERSION, RunConfig
 from hetbench.core.metrics import sync_health, throughput, time_breakdown
 from hetbench.core.store import SERVICE_CPU_FILE, read_json, read_jsonl, write_json_atomic
+from hetbench.core.waits import declared_wait_rule, wait_rule_name
 
 
 def run_dirs(path: Path) -> list[Path]:
@@ -52,6 +53,18 @@ def finished_real_runs(results_dir: Path):
 def encode_fields(fields: dict) -> str:
     """Algorithm fields as the tail of an event line: ',"k":v,...' (JSON)."""
     return "," + json.dumps(fields, separators=(",", ":"))[1:-1] if fields else ""
+
+
+def logged_peer_ranks(ranks, rank: int, workers: int) -> list[int] | None:
+    """A step's peer_ranks as its event line holds them: the ranks it met, its own excluded;
+    None (no field) when it met none, or every other worker (a list that would grow with the
+    world: the reports read a step with peers > 0 and no list as meeting every worker)."""
+    if ranks is None:
+        return None
+    met = {int(r) for r in ranks} - {rank}
+    if not met or met >= set(range(workers)) - {rank}:
+        return None
+    return sorted(met)
 
 
 def step_event(run_id: str, rank: int, iteration: int, t_start_ns: int, t_end_ns: int,
@@ -123,6 +136,8 @@ def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
         "final_consensus_distance": final.get("consensus_distance"),
         "mean_consensus_distance": sum(snapshots) / len(snapshots) if snapshots else None,
         **sync_health(all_events),
+        "wait_rule": wait_rule_name(declared_wait_rule(
+            config.algorithm_class(), config.algorithm_config(), config.workers)),
         "sync_intended": config.algorithm_class().intended_sync_share(
             config.algorithm_config(), config.workers),
         "averagings_after_training": averagings_after_training(done),

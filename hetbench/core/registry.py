@@ -22,6 +22,8 @@ class Registry(Generic[T]):
         self.kind = kind
         self.entry_point_group = entry_point_group
         self._targets: dict[str, str | type[T]] = dict(builtin)
+        #: The built-ins in the order given: the order tables and legends show them in.
+        self.builtin_order: tuple[str, ...] = tuple(builtin)
         self._plugins_loaded = False
 
     def add(self, name: str, target: str | type[T]) -> None:
@@ -60,6 +62,8 @@ class Registry(Generic[T]):
 
 # Built-ins are named by module path, so the contracts need not import any algorithm or
 # workload (they sit above this layer) and each is imported on first use.
+# In the papers' order (Prague's and Hop's tables), then the other baselines by name: tables
+# and plot legends show them so, plugins after them by name (reports/tables.py).
 ALGORITHMS: Registry = Registry("algorithm", "hetbench.algorithms", {
     "allreduce": "hetbench.algorithms.allreduce:AllReduce",
     "ps-sync": "hetbench.algorithms.ps:ParameterServerSync",
@@ -67,15 +71,15 @@ ALGORITHMS: Registry = Registry("algorithm", "hetbench.algorithms", {
     "dpsgd": "hetbench.algorithms.dpsgd:DPSGD",
     "adpsgd": "hetbench.algorithms.adpsgd:ADPSGD",
     "hop": "hetbench.algorithms.hop:Hop",
-    "allreduce-backup": "hetbench.algorithms.allreduce_backup:AllReduceBackup",
-    "diloco": "hetbench.algorithms.diloco:DiLoCo",
-    "sgp": "hetbench.algorithms.sgp:SGP",
-    "osgp": "hetbench.algorithms.sgp:OSGP",
     "prague-static": "hetbench.algorithms.prague.static:PragueStatic",
     "prague-smart": "hetbench.algorithms.prague.smart:PragueSmart",
     "prague-random": "hetbench.algorithms.prague.random:PragueRandom",
+    "allreduce-backup": "hetbench.algorithms.allreduce_backup:AllReduceBackup",
+    "diloco": "hetbench.algorithms.diloco:DiLoCo",
     # The template to copy when adding an algorithm (a real one: local SGD).
     "local-sgd": "hetbench.algorithms.template:LocalSGD",
+    "osgp": "hetbench.algorithms.sgp:OSGP",
+    "sgp": "hetbench.algorithms.sgp:SGP",
 })
 
 WORKLOADS: Registry = Registry("workload", "hetbench.workloads", {

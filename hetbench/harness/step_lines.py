@@ -17,20 +17,17 @@ import torch
 from hetbench.comm.comm import StepRecord
 from hetbench.core.algorithm import StepInfo
 from hetbench.core.config import RunConfig
-from hetbench.core.record import step_event
+from hetbench.core.record import logged_peer_ranks, step_event
 from hetbench.core.store import EventLog
 from hetbench.harness.compute_end import PendingTimes
 
 
 def peer_ranks_of(info: StepInfo, met: set[int], rank: int, workers: int) -> list[int] | None:
     """The ranks a step met, as the step says (StepInfo.peer_ranks) or else as Comm recorded
-    them (`met`); None when they are every other worker (all-worker collectives need no list,
-    which would grow with the world) or none."""
-    peer_ranks = (set(map(int, info.peer_ranks)) if info.peer_ranks is not None
-                  else set(met) - {rank})
-    if not peer_ranks or peer_ranks >= set(range(workers)) - {rank}:
-        return None
-    return sorted(peer_ranks)
+    them (`met`), as the event line holds them (core.record.logged_peer_ranks: none for a
+    step that met every other worker, which the reports read from its peers)."""
+    return logged_peer_ranks(info.peer_ranks if info.peer_ranks is not None else met, rank,
+                             workers)
 
 
 def cluster_fields(fields: dict[str, Any], dilation: float) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import math
 
 import pandas as pd
 
+from hetbench.core.registry import ALGORITHMS
 from hetbench.core.variants import base_name
 from hetbench.reports.targets import Target, time_to_target
 
@@ -85,15 +86,11 @@ def sync_flag(share, intended, simulated: bool = False) -> str:
     return ""
 
 
-#: Column order of the algorithms in tables and plot legends; others follow alphabetically.
-ALGORITHM_ORDER = ["allreduce", "ps-sync", "ps-async", "dpsgd", "adpsgd", "hop",
-                   "prague-static", "prague-smart", "prague-random"]
-
-
 def order_algorithms(names, baseline: str = "allreduce") -> list[str]:
-    """The baseline first, then the built-ins in the papers' order, then plugins by name."""
+    """The baseline first, then the built-ins in the registry's order (the papers'), then
+    plugins by name."""
     names = set(names)
-    rank = {name: i for i, name in enumerate(ALGORITHM_ORDER)}
+    rank = {name: i for i, name in enumerate(ALGORITHMS.builtin_order)}
     # A variant (`hop[backup_workers=2]`) sits beside its algorithm, after the bare name.
     rest = sorted(names - {baseline}, key=lambda n: (rank.get(base_name(n), len(rank)),
                                                      base_name(n), n != base_name(n), n))

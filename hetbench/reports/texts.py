@@ -58,13 +58,6 @@ WAITS_TEXT = (
     "of the run's waiting; `*` marks a slowed worker (its injected slowdown is over twice the "
     "median of the other workers' and over 10% of its compute). waits.csv has every (run, "
     "worker, waited-on) pair. Rules: {rules}.")
-RULE_NAMES = {"all": "all-worker collectives (allreduce, ps-sync, local-sgd, diloco)",
-              "group": "groups (prague)", "neighbours": "graph neighbours (dpsgd)",
-              "from": "the ranks each step met (sgp, osgp, time-varying dpsgd, plugins' "
-                      "peer_ranks)",
-              "peer": "one peer (adpsgd)", "quorum": "the first n - b (allreduce-backup)",
-              "server": "the server (ps-async)",
-              "named": "the rank that ended each wait (hop, plugins' waited_on)"}
 WAITS_DETAIL_TEXT = (
     "Per worker: seconds waited, on whom (`unattributed_s`: waiting the rule cannot pin on a "
     "worker, e.g. transfer after everyone had arrived); the heatmap has a row per waiting worker "
@@ -73,8 +66,14 @@ WAITS_DETAIL_TEXT = (
 
 def waits_text(waits: tuple[RunWaits, ...]) -> str:
     """WAITS_TEXT with the rules of the runs in this report, and why some are not attributed."""
-    used = {w.rule for w in waits if w.rule}
-    rules = "; ".join(f"{RULE_NAMES[r]}: {RULES[r]}" for r in RULES if r in used) or "none apply"
+    # Each rule applied, with the algorithms of this report that declared it.
+    used: dict[str, tuple[str, set[str]]] = {}
+    for w in waits:
+        if w.rule:
+            text, names = used.setdefault(w.rule, (w.rule_text or RULES.get(w.rule, ""), set()))
+            names.add(w.algorithm)
+    rules = "; ".join(f"{rule} ({', '.join(sorted(names))}): {text}"
+                      for rule, (text, names) in used.items()) or "none apply"
     text = WAITS_TEXT.format(rules=rules)
     # One line per reason (several runs of one algorithm share it).
     skipped = {w.reason: w.algorithm for w in waits if not w.rule}

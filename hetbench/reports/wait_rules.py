@@ -1,6 +1,7 @@
 """The rules of "who waited for whom" (reports/waits.py): each yields, from a run's events,
 (worker, iteration, worker waited on or UNATTRIBUTED, seconds) for every wait it can explain.
-RULES in waits.py states each in words; the report quotes them."""
+core/waits.py's WAIT_RULES states each in words (an algorithm declares which applies to it);
+the report quotes them."""
 
 from __future__ import annotations
 
@@ -68,44 +69,42 @@ def groups(events: dict[int, list[dict]]):
                 yield rank, e["iteration"], (last if rank != last else UNATTRIBUTED), waited
 
 
-def neighbours(events: dict[int, list[dict]], graph):
-    arrivals = {rank: {e["iteration"]: arrival(e) for e in rank_events}
-                for rank, rank_events in events.items()}
-    for rank, rank_events in events.items():
-        for e in rank_events:
-            waited = e.get("wait_s", 0.0)
-            if waited <= EPS:
-                continue
-            k, own = e["iteration"], arrival(e)
-            theirs = {j: arrivals.get(j, {}).get(k) for j in graph[rank]}
-            if any(t is None for t in theirs.values()):
-                yield rank, k, UNATTRIBUTED, waited
-                continue
-            last = max(theirs, key=theirs.get)
-            on_last = min(max(0.0, (theirs[last] - own) / 1e9), waited)
-            if on_last > EPS:
-                yield rank, k, last, on_last
-            if waited - on_last > EPS:
-                yield rank, k, UNATTRIBUTED, waited - on_last
+def met_of(e: dict, rank: int, workers: int) -> list[int]:
+    """The ranks step `e` of worker `rank` synchronized with: the senders it names as awaited
+    (osgp), else its peer_ranks (what its Comm operations met, or what its StepInfo said),
+    else its `from`; a step with none of them that mixed in peers (peers > 0) met every other
+    worker, since the harness logs no list for those (it would grow with the world)."""
+    ranks = e.get("awaited", e.get("peer_ranks", e.get("from")))
+    if ranks:
+        return [int(r) for r in ranks if int(r) != rank]
+    if (e.get("peers") or 0) > 0:
+        return [r for r in range(workers) if r != rank]
+    return []
 
 
-def met_ranks(events: dict[int, list[dict]]):
+def _on_the_last(events: dict[int, list[dict]], workers: int, infer: bool):
     """Each step's waiting, on the latest arrival at its iteration among the ranks it met (or,
     where the step says it waited for messages of an earlier iteration, `awaited` at
-    `awaited_iteration`: osgp's messages up to max_delay old, on the senders' arrivals there)."""
+    `awaited_iteration`: osgp's messages up to max_delay old, on the senders' arrivals there).
+    With `infer`, a step that logged no wait (a collective's, inside comm_s) waited from its
+    own arrival to the last one's, up to its step's length."""
     arrivals = {rank: {e["iteration"]: arrival(e) for e in rank_events}
                 for rank, rank_events in events.items()}
     for rank, rank_events in events.items():
         for e in rank_events:
-            met = e.get("awaited", e.get("peer_ranks", e.get("from"))) or []
-            k, own = e.get("awaited_iteration", e["iteration"]), arrival(e)
-            theirs = {j: arrivals.get(j, {}).get(k) for j in met if j != rank}
             logged = e.get("wait_s", 0.0)
+            if logged <= EPS and not infer:
+                continue
+            met = met_of(e, rank, workers)
+            k, own = e.get("awaited_iteration", e["iteration"]), arrival(e)
+            theirs = {j: arrivals.get(j, {}).get(k) for j in met}
             if not theirs:
+                if logged > EPS:
+                    yield rank, e["iteration"], UNATTRIBUTED, logged
                 continue
             if any(t is None for t in theirs.values()):
                 if logged > EPS:
-                    yield rank, k, UNATTRIBUTED, logged
+                    yield rank, e["iteration"], UNATTRIBUTED, logged
                 continue
             last = max(theirs, key=theirs.get)
             on_last = min(max(0.0, (theirs[last] - own) / 1e9),
@@ -114,6 +113,17 @@ def met_ranks(events: dict[int, list[dict]]):
                 yield rank, e["iteration"], last, on_last
             if logged - on_last > EPS:
                 yield rank, e["iteration"], UNATTRIBUTED, logged - on_last
+
+
+def neighbours(events: dict[int, list[dict]], workers: int):
+    """A step's logged wait on the last to arrive of the ranks it met (its graph neighbours
+    at this iteration), the rest unattributed."""
+    return _on_the_last(events, workers, infer=False)
+
+
+def met_ranks(events: dict[int, list[dict]], workers: int):
+    """As neighbours, and a step that logged no wait is inferred from the arrivals."""
+    return _on_the_last(events, workers, infer=True)
 
 
 def one_peer(events: dict[int, list[dict]]):
@@ -168,11 +178,3 @@ def named(events: dict[int, list[dict]]):
                     yield rank, e["iteration"], int(on), seconds
             if logged - named_s > EPS:
                 yield rank, e["iteration"], UNATTRIBUTED, logged - named_s
-
-
-def gossip_graph_of(config: dict[str, Any]):
-    from hetbench.algorithms.dpsgd import gossip_graph
-    from hetbench.core.config import RunConfig
-
-    run = RunConfig.from_dict(config)
-    return gossip_graph(run.algorithm_config(), run.workers)

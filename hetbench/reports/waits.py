@@ -5,38 +5,36 @@ is inside comm_s) and whom it synchronized with (every worker, its group, its ne
 it asked). A worker's *arrival* at a step is when its gradient or model was ready to send:
 t_start + compute_s + slowdown_s (the harness stamps t_sync there and logs the two phases before
 it, so this is exact to the nanosecond, on one clock: multi-node runs need synchronized clocks).
-The rule per kind of synchronization (RULES, quoted in the report):
+Which rule applies is the algorithm's own declaration (Algorithm.wait_rule: a name from
+core/waits.py's WAIT_RULES, which says what each means, or a WaitRule of its own); the run's
+summary.json records it, and the report quotes the rule it applied. The rules
+(reports/wait_rules.py):
 
-- all workers (allreduce, every impl; ps-sync; local-sgd and diloco at their averaging
-  steps, their local steps waiting for nobody): a step of iteration k meets every worker's step
-  k. Every worker waits for the last arrival; its waiting is last arrival - own arrival (capped
-  at its step's length), attributed to that last worker. allreduce logs no wait_s (the wait is
-  inside comm_s, or inside backward for ddp/horovod, whose compute ends at the last bucket's
-  hook), so here the waiting is inferred from the arrivals.
-- groups (prague-*): the members of one P-Reduce (same group_id, or same schedule step and
-  members) wait for the member that entered it last. Each member's logged wait_s is exactly
-  the last member's entry stamp minus its own (PragueBase.p_reduce), so the last member is the
-  one with the smallest wait_s; every other member's wait_s is attributed to it.
-- neighbours (dpsgd): worker i's step k waits for its graph neighbours' steps k. Its logged
-  wait_s up to the latest neighbour arrival is attributed to that neighbour; the rest (after
-  everyone had arrived) is transfer time, left unattributed.
-- the ranks it met (the event's `peer_ranks`: what the step's Comm operations involved, as the
-  harness recorded them, or what StepInfo.peer_ranks said; else its `from`): sgp, dpsgd on a
-  time-varying graph, any algorithm or plugin whose steps meet a subset of the workers. Like
-  neighbours, with the step's own list of peers; where the step logged no wait_s, its waiting
-  is inferred from the arrivals as for all workers. osgp names the senders it waited for and
-  their iteration (`awaited`, `awaited_iteration`: messages over max_delay old).
-- one peer (adpsgd): an active worker's wait_s is the round trip of its averaging request, ended
-  by the reply of the passive peer it asked (event field `peer`): attributed to that peer. A
-  passive worker waits only for its own serving thread's lock: unattributed.
-- quorum (allreduce-backup): the n - b steps whose gradients made one update (same `version`,
-  not dropped) wait for the last of them to arrive, which closed it; a dropped step waited for
-  nobody (the aggregator answers it at once).
-- server (ps-async): a worker's exchange waits on the server alone (its queue of other
-  workers' gradients, its update, the reply), attributed to the server rank.
-- named (hop, and any step that logs `waited_on`): the step names the rank whose message ended
-  each wait (hop's receiver thread checks the waiting condition after every message and notes
-  the sender that made it true: an update of a neighbour, or its token of the iteration gap).
+- all: a step of iteration k meets every worker's step k. Every worker waits for the last
+  arrival; its waiting is last arrival - own arrival (capped at its step's length), attributed
+  to that last worker. A collective logs no wait_s (the wait is inside comm_s, or inside
+  backward where compute ends at DDP's last bucket), so here the waiting is inferred from the
+  arrivals. A step that met nobody (peers = 0: a local step) waited for nobody.
+- group: the members of one P-Reduce (same group_id, or same schedule step and members) wait
+  for the member that entered it last. Each member's logged wait_s is exactly the last
+  member's entry stamp minus its own, so the last member is the one with the smallest wait_s;
+  every other member's wait_s is attributed to it.
+- neighbours: worker i's step k waits for the ranks it met at step k (its event's peer_ranks,
+  as the harness recorded them from its Comm operations or StepInfo said; a step that met
+  every worker logs no list and counts as meeting them all). Its logged wait_s up to the
+  latest of their arrivals is attributed to that rank; the rest (after everyone had arrived)
+  is transfer time, left unattributed.
+- from: as neighbours; where the step logged no wait_s, its waiting is inferred from the
+  arrivals as for all workers. A step may name the senders it waited for and their iteration
+  (`awaited`, `awaited_iteration`: messages over a delay bound old).
+- peer: an active worker's wait_s is the round trip of its request, ended by the reply of the
+  peer it asked (event field `peer`): attributed to that peer. A passive worker waits only for
+  its own serving thread's lock: unattributed.
+- quorum: the steps whose gradients made one update (same `version`, not dropped) wait for
+  the last of them to arrive, which closed it; a dropped step waited for nobody.
+- server: a worker's exchange waits on the server rank alone (its queue of other workers'
+  gradients, its update, the reply).
+- named: the step names the rank whose message ended each wait (event field `waited_on`).
 
 Waiting that a rule cannot pin on a worker is counted as UNATTRIBUTED, never guessed; an
 algorithm whose log says none of the above is not attributed, and the report says why.
@@ -51,11 +49,11 @@ from typing import Any
 import pandas as pd
 
 from hetbench.core.store import read_json, read_jsonl
+from hetbench.core.waits import WAIT_RULES, WaitRule, declared_wait_rule
 from hetbench.reports.wait_rules import (
     EPS,
     UNATTRIBUTED,
     all_workers,
-    gossip_graph_of,
     groups,
     met_ranks,
     named,
@@ -67,30 +65,8 @@ from hetbench.reports.wait_rules import (
 
 NAN = float("nan")
 
-RULES = {
-    "all": "every worker waits for the last arrival at each iteration (arrival = the end of "
-           "compute + injected slowdown); its waiting, last arrival - own arrival (inferred: "
-           "the log counts it inside comm_s), is attributed to the last worker",
-    "group": "each member's logged wait in a P-Reduce is attributed to the member that entered "
-             "it last (the one with the smallest logged wait; P-Reduces of a group whose other "
-             "members' steps are not in the log, e.g. drained after training, are unattributed)",
-    "neighbours": "a worker's logged wait at iteration k is attributed to the neighbour whose "
-                  "step k arrived last, up to that arrival; the rest is transfer, unattributed",
-    "from": "a worker's wait at iteration k (logged, or else inferred as for all workers) is "
-            "attributed to the one of the ranks its step met (the event's peer_ranks or from) "
-            "whose step k arrived last, up to that arrival; the rest is transfer, unattributed",
-    "peer": "an active worker's logged wait is attributed to the passive peer it asked (whose "
-            "reply ended it); a passive worker's wait for its own serving thread is "
-            "unattributed",
-    "quorum": "the workers whose gradients made one update (allreduce-backup's first n - b) "
-              "wait for the last of them to arrive, which closed it; a dropped gradient's "
-              "worker waited for nobody",
-    "server": "a worker's whole exchange with the server (its gradient out, the server's "
-              "queue and update, the parameters back) is attributed to the server rank",
-    "named": "each wait is attributed to the rank its step names (event field waited_on): "
-             "hop's receiver notes the neighbour whose update or token made the condition "
-             "the worker waited on true",
-}
+#: Each rule's meaning, quoted in the report (algorithms declare theirs: Algorithm.wait_rule).
+RULES = WAIT_RULES
 
 
 @dataclass
@@ -102,6 +78,8 @@ class RunWaits:
     workers: int
     rule: str | None
     reason: str | None = None
+    #: What the rule says, as the report quotes it (a plugin's own rule brings its own).
+    rule_text: str | None = None
     table: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: Injected slowdown seconds per worker (for marking the slowed ones).
     slowdown_s: dict[int, float] = field(default_factory=dict)
@@ -171,36 +149,47 @@ class RunWaits:
         return pd.DataFrame(rows)
 
 
-def _rule_of(config: dict[str, Any], events: dict[int, list[dict]],
-             simulated: bool) -> tuple[str | None, str]:
-    """(rule, "") for a run whose log supports one, else (None, why not)."""
-    algorithm = config.get("algorithm", "")
-    if algorithm in ("allreduce", "ps-sync", "local-sgd", "diloco"):
-        return "all", ""
-    if algorithm in ("sgp", "osgp"):
-        return "from", ""
-    if algorithm == "allreduce-backup":
-        return "quorum", ""
-    if algorithm == "ps-async":
-        return "server", ""
-    if algorithm == "dpsgd":
-        topology = (config.get("algorithm_options") or {}).get("topology", "ring")
-        from hetbench.algorithms.topologies import TIME_VARYING
+def _declared(config: dict[str, Any], summary: dict[str, Any]) -> tuple[Any, str]:
+    """(the rule the run's algorithm declares, "") or (None, why it cannot be known). The
+    summary records its name (`wait_rule`), so the algorithm is imported only for a rule of its
+    own (whose code the report runs) or a run whose summary predates the field."""
+    if "wait_rule" in summary and (summary["wait_rule"] is None
+                                   or summary["wait_rule"] in WAIT_RULES):
+        return summary["wait_rule"], ""
+    try:
+        from hetbench.core.config import RunConfig
 
-        return ("from", "") if topology in TIME_VARYING else ("neighbours", "")
-    if algorithm == "adpsgd":
-        return "peer", ""
-    if algorithm == "hop" and simulated:
-        return None, ("its log does not name whose message ended each wait (waited_on: real "
-                      "runs log it, the simulator does not)")
-    if algorithm == "hop" or any("waited_on" in e for rank_events in events.values()
-                                 for e in rank_events):
-        return "named", ""  # hop, and any plugin that names whom each wait ended on
-    if any("group" in e for rank_events in events.values() for e in rank_events[:1]):
-        return "group", ""  # prague-* and any plugin that logs its P-Reduce members
-    if any("peer_ranks" in e for rank_events in events.values() for e in rank_events):
-        return "from", ""  # any algorithm whose StepInfo names the ranks it met
-    return None, "its log does not say which workers each step synchronized with"
+        run = RunConfig.from_dict(config)
+        return declared_wait_rule(run.algorithm_class(), run.algorithm_config(),
+                                  run.workers), ""
+    except Exception as exc:  # a plugin no longer installed, a hand-edited config
+        return None, f"its algorithm's wait rule cannot be read ({type(exc).__name__}: {exc})"
+
+
+def _rule_of(config: dict[str, Any], events: dict[int, list[dict]],
+             summary: dict[str, Any]) -> tuple[str | WaitRule | None, str]:
+    """(rule, "") for a run whose log supports the rule its algorithm declares (or, for one
+    that declares none, the rule its log's fields imply), else (None, why not)."""
+    declared, why = _declared(config, summary)
+    if why:
+        return None, why
+    logged = {key for rank_events in events.values() for e in rank_events for key in e}
+    if declared is None:  # an algorithm older than wait_rule: what its fields imply
+        for rule, needs in (("named", "waited_on"), ("group", "group"),
+                            ("from", "peer_ranks")):
+            if needs in logged:
+                return rule, ""
+        return None, "its log does not say which workers each step synchronized with"
+    if isinstance(declared, WaitRule):
+        return declared, ""
+    if declared not in WAIT_RULES:
+        return None, (f"its wait_rule {declared!r} is none of {', '.join(WAIT_RULES)} (nor a "
+                      "WaitRule of its own)")
+    needs = {"named": "waited_on", "group": "group", "peer": "peer", "quorum": "version"}
+    if declared in needs and events and needs[declared] not in logged:
+        return None, (f"its rule is {declared!r}, and its log has no {needs[declared]!r} "
+                      f"field (a simulated run may not log it)")
+    return declared, ""
 
 
 def load_rank_events(run_dir: Path) -> dict[int, list[dict]]:
@@ -219,32 +208,36 @@ def run_waits(run_dir: str | Path, events: dict[int, list[dict]] | None = None) 
     config = read_json(run_dir / "config.json")
     events = load_rank_events(run_dir) if events is None else events
     workers = int(config.get("workers", len(events)))
+    # A field the log does not hold is absent, never NaN (events read through a DataFrame
+    # have NaN there): no rule mistakes a missing value for a list of ranks.
+    events = {rank: [{k: v for k, v in e.items() if not (isinstance(v, float) and v != v)}
+                     for e in rank_events] for rank, rank_events in events.items()}
     try:
-        simulated = bool(read_json(run_dir / "summary.json").get("simulated"))
+        summary = read_json(run_dir / "summary.json")
     except (OSError, ValueError):  # no summary yet (a run in progress), or unreadable
-        simulated = (run_dir / "workers.json").exists()
-    rule, reason = _rule_of(config, events, simulated)
+        summary = {}
+    rule, reason = _rule_of(config, events, summary)
     if not events and (run_dir / "workers.json").exists():
         rule, reason = None, ("simulated with one record per worker, no event lines "
                               "(`bench sim --events full` writes them)")
-    result = RunWaits(run_dir.name, config.get("algorithm", ""), workers, rule, reason or None)
+    custom = rule if isinstance(rule, WaitRule) else None
+    result = RunWaits(run_dir.name, config.get("algorithm", ""), workers,
+                      custom.name if custom else rule, reason or None,
+                      custom.description if custom else WAIT_RULES.get(rule))
     result.slowdown_s = {r: sum(e.get("slowdown_s", 0.0) for e in es) for r, es in events.items()}
     result.compute_s = {r: sum(e.get("compute_s", 0.0) for e in es) for r, es in events.items()}
     if rule is None or not events:
         return result
-    if rule == "all":
+    if custom is not None:
+        found = custom.attribute(events, config)
+    elif rule == "all":
         found = all_workers(events)
     elif rule == "group":
         found = groups(events)
     elif rule == "neighbours":
-        try:
-            graph = gossip_graph_of(config)
-        except Exception as exc:  # an old or hand-edited config: say so rather than guess
-            result.rule, result.reason = None, f"its gossip graph cannot be rebuilt ({exc})"
-            return result
-        found = neighbours(events, graph)
+        found = neighbours(events, workers)
     elif rule == "from":
-        found = met_ranks(events)
+        found = met_ranks(events, workers)
     elif rule == "quorum":
         found = quorum(events)
     elif rule == "server":

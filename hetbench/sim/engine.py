@@ -259,18 +259,22 @@ class Engine:
 
     def end_step(self, w: int, t_end: float, wait_s: float, fields: dict | str | None = None,
                  next_iteration: int | None = None, *, peers: int | None = None,
-                 staleness: float | None = None, discarded: bool = False) -> None:
+                 staleness: float | None = None, discarded: bool = False,
+                 peer_ranks=None) -> None:
         """Worker w's step ends at t_end (>= now) after waiting wait_s for peers; `peers`,
-        `staleness` and `discarded` are the real step's StepInfo fields."""
+        `staleness`, `discarded` and `peer_ranks` (the ranks it synchronized with) are the
+        real step's StepInfo fields."""
         if t_end > self.now:
             self.at(t_end, self._end, w, t_end, wait_s, fields, next_iteration, peers,
-                    staleness, discarded)
+                    staleness, discarded, peer_ranks)
         else:
-            self._end(w, t_end, wait_s, fields, next_iteration, peers, staleness, discarded)
+            self._end(w, t_end, wait_s, fields, next_iteration, peers, staleness, discarded,
+                      peer_ranks)
 
     def _end(self, w: int, t_end: float, wait_s: float, fields: dict | str | None,
              next_iteration: int | None, peers: int | None = None,
-             staleness: float | None = None, discarded: bool = False) -> None:
+             staleness: float | None = None, discarded: bool = False,
+             peer_ranks=None) -> None:
         self.active -= 1
         k = self.iteration[w]
         step_s = t_end - self.t_sync[w]
@@ -281,7 +285,8 @@ class Engine:
             wait_s = step_s
         if self.sink is not None:
             self.sink.add(w, k, self.t_start[w], t_end, self._compute_s[w], self._slowdown[w],
-                          step_s - wait_s, wait_s, fields, peers, staleness, discarded)
+                          step_s - wait_s, wait_s, fields, peers, staleness, discarded,
+                          peer_ranks)
         self.events += 1
         self.iteration[w] = k + 1 if next_iteration is None else next_iteration
         if self.learner is not None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from hetbench.core.config import RunConfig
 from hetbench.core.record import finished_real_runs
 from hetbench.errors import UserError
-from hetbench.sim.model import GENERATED_GROUPS, ComputeModel, layout
+from hetbench.sim.model import ComputeModel, layout
 
 
 def fit_compute(results_dir: Path) -> ComputeModel:
@@ -63,10 +63,8 @@ def fit_gg_request(results_dir: Path) -> float | None:
     from hetbench.core.store import SERVICE_CPU_FILE, read_json
 
     per_request = []
-    for run_dir, config, summary in finished_real_runs(Path(results_dir)):
-        if config.get("algorithm") not in GENERATED_GROUPS:
-            continue
-        try:
+    for run_dir, _, summary in finished_real_runs(Path(results_dir)):
+        try:  # runs whose algorithm ran the Group Generator (its service wrote its CPU)
             cpu = float(read_json(run_dir / SERVICE_CPU_FILE.format(name="gg"))["cpu_s"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
@@ -178,12 +176,13 @@ def fit_group_setup(results_dir: Path) -> float | None:
     comm_s of misses less that of hits; the median over runs with at least 3 misses and 3
     hits. None without such runs.
     """
-    from hetbench.core.store import read_jsonl
+    from hetbench.core.store import SERVICE_CPU_FILE, read_jsonl
     from hetbench.sim.protocol import MemberCaches
 
     estimates = []
     for run_dir, raw, _ in finished_real_runs(results_dir):
-        if raw.get("algorithm") not in GENERATED_GROUPS:
+        # Groups from the Group Generator (its service ran), P-Reduced through member caches.
+        if not (run_dir / SERVICE_CPU_FILE.format(name="gg")).exists():
             continue
         config = RunConfig.from_dict(raw)
         cache_size = config.algorithm_config().cache_size

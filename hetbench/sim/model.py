@@ -13,9 +13,6 @@ from hetbench.core.config import RunConfig
 from hetbench.errors import UserError
 from hetbench.sim.layout import ELEMENT_BYTES, Layout, LayoutCache, layout  # noqa: F401
 
-#: Algorithms whose groups come from the Group Generator (its server, its P-Reduce groups).
-GENERATED_GROUPS = ("prague-smart", "prague-random")
-
 
 @dataclass(frozen=True)
 class NetworkModel:

@@ -14,8 +14,9 @@ import numpy as np
 
 from hetbench.core.config import RunConfig
 from hetbench.core.metrics import SyncTally, throughput_of_columns
-from hetbench.core.record import encode_fields, step_event
+from hetbench.core.record import encode_fields, logged_peer_ranks, step_event
 from hetbench.core.store import jsonl_line, write_json_atomic
+from hetbench.core.waits import declared_wait_rule, wait_rule_name
 from hetbench.errors import UserError
 
 #: Events buffered per worker before they are appended to its log (bounds memory at scale).
@@ -54,7 +55,7 @@ class EventSink:
         self.run_id = config.run_id
         self.samples = config.workload_options["batch_size"]
         self._buffers: dict[int, list[str]] = {}
-        n = config.workers
+        n = self.workers = config.workers
         #: Per rank, six doubles per event: t_start, t_end, compute, slowdown, comm and wait
         #: seconds (one extend per event; settle() derives the arrays below from them).
         self.records = [array("d") for _ in range(n)]
@@ -78,7 +79,7 @@ class EventSink:
     def add(self, rank: int, iteration: int, t_start: float, t_end: float, compute_s: float,
             slowdown_s: float, comm_s: float, wait_s: float, fields: dict | str | None,
             peers: int | None = None, staleness: float | None = None,
-            discarded: bool = False) -> None:
+            discarded: bool = False, peer_ranks=None) -> None:
         record = self.records[rank]
         if discarded:  # as the real worker logs a dropped gradient (StepInfo.discarded)
             self.discarded += 1
@@ -94,6 +95,7 @@ class EventSink:
         event = step_event(self.run_id, rank, iteration, round(t_start * 1e9),
                            round(t_end * 1e9), compute_s, slowdown_s, comm_s, wait_s,
                            self.samples, peers=peers, staleness=staleness,
+                           peer_ranks=logged_peer_ranks(peer_ranks, rank, self.workers),
                            discarded=discarded)
         line = jsonl_line(event, fields if isinstance(fields, str) else encode_fields(fields))
         buffer = self._buffers.get(rank)
@@ -200,6 +202,8 @@ class EventSink:
             "final_test_loss": None, "final_test_accuracy": None,
             "final_consensus_distance": None, "mean_consensus_distance": None,
             **self.sync.health(),
+            "wait_rule": wait_rule_name(declared_wait_rule(
+                config.algorithm_class(), config.algorithm_config(), config.workers)),
             "sync_intended": config.algorithm_class().intended_sync_share(
                 config.algorithm_config(), config.workers),
             "averagings_after_training": None, "gradients_dropped": self.discarded,

@@ -27,6 +27,7 @@ class PragueBase(Algorithm):
     """Local SGD update, then the model becomes the mean over this iteration's group."""
 
     synchronous = False
+    wait_rule = "group"
 
     def setup(self, ctx, model, optimizer):
         ctx.comm.configure_p_reduce(cache_size=self.config.cache_size)
