@@ -16,10 +16,10 @@ TEST_NEEDS := setup $(if $(IS_CI),horovod)
 
 .PHONY: setup horovod run test test-quick test-ci test-all lint format benchmarks clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,mpi]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,mpi]'
 	touch $(STAMP)
 
 setup: $(STAMP)

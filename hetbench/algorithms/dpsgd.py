@@ -122,7 +122,13 @@ class DPSGD(Algorithm):
     name = "dpsgd"
     description = "D-PSGD: synchronous gossip, x_i <- sum_j W_ij x_j - lr g_i over a fixed graph"
     Config = GossipOptions
-    wait_rule = "neighbours"
+
+    @classmethod
+    def wait_rule(cls, config, workers):
+        """A fixed graph's steps wait for their neighbours' (logged, point to point); on a
+        time-varying graph each step meets that iteration's in- and out-peers, whose waits
+        the reports infer from their arrivals where the step logged none."""
+        return "from" if config.topology in topologies.TIME_VARYING else "neighbours"
 
     @classmethod
     def simulated_protocol(cls):

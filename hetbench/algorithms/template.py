@@ -5,14 +5,19 @@ average. It is a real algorithm (with period = 1 and no momentum it is All-Reduc
 so the whole Algorithm contract is visible in one screen:
 
 1. Options: a frozen kw_only dataclass; each field's `opt(default, doc)` shows up in `bench list`
-   and can be set from a matrix file as `[algorithm.local-sgd] period = 8`.
+   and can be set from a matrix file as `[algorithm.local-sgd] period = 8`. hetbench checks
+   each value against the field's type annotation (int, float, bool, str, Literal[...]) and
+   refuses a mismatch in one line before any process starts; `validate` is for the rest.
    Import everything from `hetbench.api` (the public plugin API; every other module of
    hetbench is internal and may move), as this file does.
 2. `validate` rejects bad values before any process starts (raise UserError, one line).
 3. `setup` runs on every rank before the clock starts: create process groups here.
 4. `step` is called after forward/backward with gradients in p.grad: apply the local update and
-   synchronize through ctx.comm (never torch.distributed directly; comm.py's docstring says
-   which primitive serves which pattern: groups formed on the fly use p_reduce_). Return a
+   synchronize through ctx.comm (never torch.distributed directly; `help(Comm)` says which
+   primitive serves which pattern: groups formed on the fly use p_reduce_). Point-to-point
+   tags are yours, except those hetbench reserves on the world group: 71 (evaluation's
+   search for the time to target, after training) and 72 (a staged message's speed, before
+   training); keep clear of them. Return a
    StepInfo: how many peers' models went into this step's update (peers; 0 for a local step)
    and how stale they were (staleness, in iterations): reports show them as synchronization
    health beside throughput. Add any fields for the event log. No timing code: the harness
@@ -20,6 +25,9 @@ so the whole Algorithm contract is visible in one screen:
    (its wait_s), and the reports infer a collective's wait from every member's arrival. Set
    wait_s yourself only for waits Comm cannot see (a condition a receiving thread fills), and
    `waited_on` ({rank: seconds}) when your step knows whose message ended each wait.
+   Declare how the reports attribute your steps' waits ("who waited for whom"): `wait_rule`,
+   one of hetbench.api's WAIT_RULES ("all" here: the averaging steps are collectives over
+   every worker), or a WaitRule of your own.
 5. `intended_sync_share` says how often the protocol means to average (here 1 step in
    `period`); a report flags a run that averages markedly less than that. Without it the
    harness assumes every iteration.

@@ -21,6 +21,8 @@ EXIT_FAILED = 1
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="hetbench", prog_name="bench",
+                      message="%(prog)s (hetbench) %(version)s")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:

@@ -80,7 +80,31 @@ class CommMisuse(RuntimeError):
 
 
 class Comm:
-    """Point-to-point and collective operations over the run's world of ranks."""
+    """Point-to-point and collective operations over the run's world of ranks (`ctx.comm`).
+
+    Which primitive for which pattern:
+
+    - every worker together (all-reduce, average, broadcast, barrier): `all_reduce_`,
+      `average_`, `broadcast_`, `barrier` with `members=ctx.worker_ranks` (None: the whole
+      world, server ranks included);
+    - fixed groups known at setup: `group(members)` in setup() on every rank, in the same order
+      (torch's new_group is collective over the world), then `members=` in the calls above;
+    - groups formed on the fly by their members alone (a different partner each step):
+      `p_reduce_(tensor, members)`, the mean over the members; `average_(members=...)` does the
+      same for a set that had no group at setup. Any other collective over such a set is refused
+      at once (CommMisuse): it would need every rank of the world and hang;
+    - point to point: `send`/`recv`/`isend`/`irecv` (recv from any sender with src=None, on
+      gloo), or a `channel(name)` made in setup for a serving thread, used through the `*_on`
+      forms; `rpc(peer, call)` for a request to a service on a peer's node.
+
+    Every call is bounded by the run's timeout (a dead peer is an exception, not a hang), and
+    the harness records, per step, the ranks the calls met and the seconds point-to-point ones
+    blocked (the step's wait_s unless StepInfo says). Tags 71 and 72 on the world group are the
+    harness's (evaluation's time-to-target search, a staged message's speed): an algorithm's
+    messages use others. With CUDA tensors on gloo (ranks sharing a GPU) point to point goes
+    through host memory (comm/staging.py); with a `[network]` table every operation lasts at
+    least its modeled time.
+    """
 
     def __init__(self, rank: int, world_size: int, device: torch.device, backend: str,
                  store: dist.Store, timeout_s: float):

@@ -423,7 +423,10 @@ def _summary(config: RunConfig, models: SimModels, engine: Engine, status: str,
         **(engine.learner.summary() if engine.learner is not None and status == "ok" else {}),
         **_facts(config, stats),
         "simulated": True, "sim": {**models.to_dict(config), **stats},
-        "data": "none (simulated)",
+        # A learned run trained its simulated workers on the workload's data; a timing-only
+        # one trained on none.
+        "data": (f"{config.data_source} (learned in the simulator)"
+                 if engine.learner is not None else "none (simulated)"),
         # What a real summary of this config would hold that no simulation can measure.
         "absent": [key for key in REAL_ONLY
                    if key not in SOMETIMES or SOMETIMES[key](config)],

@@ -65,6 +65,9 @@ def test_a_report_labels_learned_simulations(tmp_path, bench):
     assert bench("report", out).returncode == 0
     md = (out / "report.md").read_text()
     assert "2 of them simulated (learned)" in md
+    # It trained on the real digits, and the report says so (not "none (simulated)").
+    assert "Data: mlp-digits: scikit-learn digits" in md and "(learned in the simulator)" in md
+    assert "none (simulated)" not in md
     assert "## Time to target" in md and "not reached" not in md.split("## Time to target")[1][:50]
 
 
