@@ -4,7 +4,7 @@
 
 Every name in `__all__` keeps working across releases; a rename keeps the old name importable
 for one release, with a warning that names the new import. Every other module of hetbench is
-internal and may move (the previous round's `hetbench.algorithms.base`,
+internal and may move (the paths of release 0.1's first plugins, `hetbench.algorithms.base`,
 `hetbench.harness.options`, `hetbench.harness.tensors` and `hetbench.harness.context` still
 import, with such a warning, until the next release).
 
@@ -24,19 +24,32 @@ The real half of an algorithm
   flat_state, set_flat_state, flat_params_numel, buckets.
 
 The simulated half (`bench sim`)
-- `Protocol` (subclass it; `simulated_protocol()` returns the class), `Steps` (what a lockstep
-  `step_all` returns), `Meetings` (P-Reduce groups meeting on the fly) and `MemberCaches`
-  (which member sets would hold a cached communicator: a miss pays the set-up).
-- Costs come from `self.net`, times in simulated seconds: `self.net.ring(members, nbytes, at,
-  active)` (when a ring all-reduce over `members` that starts at `at` ends), `rings(members,
-  sizes, at, active)` (buckets one after another), `message_to(src, dst, nbytes, at, active)`
-  (when a point-to-point message sent at `at` arrives, its CPU time included), `wire(src, dst,
-  nbytes, at)` (the same without CPU time), `rpc_one_way(w)` (worker w to a service on rank 0's
-  node), and `self.net.p_reduce(nbytes, members, active)` (a P-Reduce's duration). `active` is
-  how many processes share the host's cores at that moment (`self.engine.active`): without a
-  `[network]` table the default model charges each message CPU time shared among them.
-  `self.model_bytes` is the model's size; a P-Reduce's first use of a member set costs
-  `[network] group_setup_ms` more (MemberCaches says which uses miss).
+- `Protocol` (subclass it; `simulated_protocol()` returns the class): `help(Protocol)` lists
+  what a protocol may read (`self.n`, `self.config`, `self.model_bytes`, `self.engine.now /
+  iteration / t_sync / active`), the costs of `self.net` (`ring`, `rings`, `exchange`,
+  `exchange_s`, `message_to`, `wire`, `p_reduce`, `rpc_one_way`: the same calls answer from an
+  alpha-beta model or a `[network]` cluster) and what it calls (`self.engine.end_step(w,
+  t_end, wait_s, fields, *, peers, staleness, discarded, peer_ranks)`, `done`, `at`).
+- `Steps` (what a lockstep `step_all` returns: t_end and wait_s arrays, peers, staleness,
+  fields as a list of one dict per worker), `Meetings` (P-Reduce groups meeting on the fly)
+  and `MemberCaches` (which member sets would hold a cached communicator: a miss pays
+  `self.net.group_setup_s`).
+
+The learning half (`bench sim --learn`)
+- A lockstep protocol's `learn(k, learner)` applies the real step's math to every simulated
+  worker at once; `learner` is a `Learner`, every worker's model stacked:
+  `learner.gradients()` (each worker's gradient of its next minibatch at its current model:
+  {parameter name: [workers, *shape]}), `learner.sgd_step(grads)` (every worker's
+  torch.optim.SGD step with the workload's lr, momentum and weight decay),
+  `learner.average_models()` (every model becomes the mean: an all-reduce average),
+  `learner.average_groups(groups)` (each group's members take the group's mean: P-Reduce),
+  `learner.mix(peers, weights)` (gossip: worker i's model becomes sum over m of
+  weights[i, m] * x[peers[i, m]] from the models before the mix, summed in the order of m:
+  put the worker's own model first, then its peers in the real step's order; rows of unequal
+  length are padded with weight 0; both [workers, m] tensors), `learner.flat()` /
+  `learner.set_flat(rows)` ([workers, model size] in flat_params' order). Call them in the
+  real step's order: template.py's LocalSGDSim.learn is the worked example (a local step,
+  and every `period`-th the mean).
 
 The workload half
 - `Workload` (subclass it) and `WorkloadOptions` (its options dataclass's base).
@@ -60,6 +73,7 @@ from hetbench.core.tensors import (
 from hetbench.core.waits import WAIT_RULES, WaitRule
 from hetbench.core.workload import Workload, WorkloadOptions
 from hetbench.errors import UserError
+from hetbench.sim.learn import Learner
 from hetbench.sim.protocol import Meetings, MemberCaches, Protocol, Steps
 
 __all__ = [
@@ -67,6 +81,7 @@ __all__ = [
     "Algorithm",
     "Comm",
     "CommMisuse",
+    "Learner",
     "Meetings",
     "MemberCaches",
     "NoOptions",

@@ -221,12 +221,8 @@ class DPSGDSim(Protocol):
         latest = max(ready_at[j][k] for j in partners)
         mine = ready_at[x][k]
         self.waiting[x] = False
-        net = self.net
-        begin = max(latest, mine)
-        if net.cluster is None:
-            end = begin + self.exchange_s(len(receive_from), self.engine.active)
-        else:  # each in-neighbour's model over its links, queued at x's NIC
-            end = max(net.wire(j, x, self.model_bytes, begin) for j in receive_from)
+        end = self.net.exchange(x, receive_from, self.model_bytes, max(latest, mine),
+                                self.engine.active)
         self.engine.end_step(x, end, latest - mine, peers=len(receive_from), staleness=0.0)
 
     def learn(self, k, learner):
@@ -277,17 +273,8 @@ class DPSGDSim(Protocol):
             latest = t_sync[self._neighbours].max(axis=1)
             degree = self._degree
         begin = np.maximum(latest, t_sync)
-        return Steps(begin + self.exchange_s(degree, self.n), latest - t_sync, degree)
-
-    def exchange_s(self, degree, active: int):
-        """An iteration's exchange once every partner has arrived, on the alpha-beta model
-        (both paths, event and lockstep, cost it here): x sends to and receives from each of
-        its `degree` in-neighbours, d hops' worth of CPU time (a ring all-reduce hop is one
-        send and one receive per process) and one alpha. `degree` may be an array (lockstep:
-        every worker at once)."""
-        net = self.net
-        return (net.alpha_s + self.model_bytes / net.beta_bytes_per_s
-                + degree * net.cpu_s * net.share(active))
+        return Steps(begin + self.net.exchange_s(degree, self.model_bytes, self.n),
+                     latest - t_sync, degree)
 
     def _static_neighbours(self) -> None:
         graph = self.exchange.graph

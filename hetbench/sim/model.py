@@ -108,6 +108,19 @@ class NetworkModel:
         """One way from worker w to a service on rank 0's node (the Group Generator)."""
         return self.alpha_s
 
+    def exchange_s(self, degree, nbytes: float, active: int):
+        """How long a worker's exchange with `degree` neighbours lasts once every one has
+        arrived: one message of `nbytes` to and from each, sent together (one alpha and one
+        transfer; each neighbour's message costs its share of the CPU). `degree` may be an
+        array: every worker at once, on a lockstep path."""
+        return (self.alpha_s + nbytes / self.beta_bytes_per_s
+                + degree * self.cpu_s * self.share(active))
+
+    def exchange(self, x: int, neighbours, nbytes: float, at: float, active: int) -> float:
+        """When worker x's exchange with `neighbours` (a message of `nbytes` from each, and one
+        to each) that begins at `at` ends (exchange_s on an event path)."""
+        return at + self.exchange_s(len(neighbours), nbytes, active)
+
 
 class ClusterNetwork:
     """A run's Cluster (its [network] table: hetbench.network.model) as the simulator's
@@ -187,6 +200,16 @@ class ClusterNetwork:
 
     def rpc_one_way(self, w: int) -> float:
         return self.cluster.rpc_s(w, 0) / 2
+
+    def exchange_s(self, degree, nbytes: float, active: int):
+        """On a cluster an exchange is its neighbours' links and x's NIC queue at that moment
+        (exchange), which no duration alone gives; a lockstep path never asks for it here."""
+        raise NotImplementedError("a cluster's exchange depends on its NIC queues: call "
+                                  "exchange(x, neighbours, nbytes, at, active) on the event path")
+
+    def exchange(self, x: int, neighbours, nbytes: float, at: float, active: int) -> float:
+        """Each neighbour's message over its links, queued at x's NIC; the last one's arrival."""
+        return max((self.wire(j, x, nbytes, at) for j in neighbours), default=at)
 
 
 @dataclass(frozen=True)

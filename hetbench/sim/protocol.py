@@ -38,7 +38,45 @@ class Steps:
 
 
 class Protocol:
-    """Default: no synchronization (each step ends when the gradient is ready)."""
+    """The simulated half of an algorithm: its rules in simulated time (`bench sim`).
+
+    The default plays no synchronization (each step ends when its gradient is ready). A
+    subclass overrides `ready(w)` (the event path) and, where it qualifies, `lockstep = True`
+    with `step_all` (every worker's k-th step at once); `learn(k, learner)` gives it a learning
+    half (`bench sim --learn`). What a protocol may read (times in simulated seconds):
+
+    - `self.n` (workers), `self.config` (the algorithm's options), `self.model_bytes` (the
+      model's size in bytes);
+    - `self.engine`: `now` (the current event's time), `iteration[w]` (worker w's step
+      counter), `t_sync[w]` (when w's current gradient was ready), `t_start[w]` (when its
+      current iteration began), `active` (processes in a step or a server loop now: pass it to
+      the costs below);
+    - `self.net`, the costs: `ring(members, nbytes, at, active)` (when a ring all-reduce over
+      `members` starting at `at` ends), `rings(members, sizes, at, active)` (buckets one after
+      another), `exchange(x, neighbours, nbytes, at, active)` (when worker x's exchange of one
+      message with each neighbour, both ways, ends) and `exchange_s(degree, nbytes, active)`
+      (its duration, degree an array on a lockstep path), `message_to(src, dst, nbytes, at,
+      active)` (when a message arrives, its CPU time included), `wire(src, dst, nbytes, at)`
+      (without it), `p_reduce(nbytes, members, active)` (a P-Reduce's duration),
+      `rpc_one_way(w)` (to a service on rank 0's node), `group_setup_s` (a communicator's
+      set-up, paid on a member-set cache miss: MemberCaches). With a `[network]` table the
+      same calls answer from the cluster's links and NIC queues (`self.net.cluster` is then
+      set), so a protocol written against them runs on both.
+
+    What a protocol calls:
+
+    - `self.engine.end_step(w, t_end, wait_s, fields=None, next_iteration=None, *, peers=None,
+      staleness=None, discarded=False, peer_ranks=None)`: worker w's step ends at t_end (>=
+      now) after waiting wait_s for peers; the keywords are what the real step's StepInfo
+      says (`peer_ranks`: the ranks it synchronized with, for "who waited for whom"; `fields`:
+      the event line's extra fields, a dict);
+    - `self.engine.done(w)` when w's finish() would return (the default finish does it);
+    - `self.engine.at(t, fn, *args)` to run fn(*args) at simulated time t.
+
+    `step_all(k, t_sync, full)` returns `Steps`: every worker's t_end and wait_s as arrays,
+    its peers (an array or one int), staleness (one value, or with `full` a list per worker)
+    and with `full` (event lines are written) `fields`, a list of one dict per worker.
+    """
 
     #: Server processes beside the workers, always competing for the CPU (CPU sharing).
     servers = 0
