@@ -23,8 +23,8 @@ GOLDEN = json.loads((HERE / "golden.json").read_text())
 #: Summary keys added since the golden runs: records of how a run was written or what it read,
 #: the algorithms' own facts (summary_facts, as real summaries have them) and the real-only
 #: fields a simulation names as absent; not results the golden runs had.
-ADDED_SINCE = {"events", "data", "absent", "wait_rule", "outer_steps", "ps_weight_min", "ps_weight_max",
-               "updates"}
+ADDED_SINCE = {"events", "data", "absent", "wait_rule", "outer_steps", "ps_weight_min",
+               "ps_weight_max", "updates"}
 
 
 @pytest.fixture(scope="module")
