@@ -31,7 +31,9 @@ The simulated half (`bench sim`)
   alpha-beta model or a `[network]` cluster) and what it calls (`self.engine.end_step(w,
   t_end, wait_s, fields, *, peers, staleness, discarded, peer_ranks)`, `done`, `at`).
 - `Steps` (what a lockstep `step_all` returns: t_end and wait_s arrays, peers, staleness,
-  fields as a list of one dict per worker), `Meetings` (P-Reduce groups meeting on the fly)
+  fields and peer_ranks as lists of one per worker), `Partners` (the event path of a step k
+  that waits for given partners' k-th gradients: neighbours, or everyone at an averaging
+  step), `Meetings` (P-Reduce groups meeting on the fly)
   and `MemberCaches` (which member sets would hold a cached communicator: a miss pays
   `self.net.group_setup_s`).
 
@@ -74,7 +76,7 @@ from hetbench.core.waits import WAIT_RULES, WaitRule
 from hetbench.core.workload import Workload, WorkloadOptions
 from hetbench.errors import UserError
 from hetbench.sim.learn import Learner
-from hetbench.sim.protocol import Meetings, MemberCaches, Protocol, Steps
+from hetbench.sim.protocol import Meetings, MemberCaches, Partners, Protocol, Steps
 
 __all__ = [
     "WAIT_RULES",
@@ -85,6 +87,7 @@ __all__ = [
     "Meetings",
     "MemberCaches",
     "NoOptions",
+    "Partners",
     "Protocol",
     "ReduceOp",
     "StepInfo",

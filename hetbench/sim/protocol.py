@@ -35,6 +35,9 @@ class Steps:
     staleness: float | list | None = 0.0
     #: Per worker, the event line's extra fields (only asked for with full event logs).
     fields: list | None = None
+    #: Per worker, the ranks its step synchronized with (StepInfo.peer_ranks; only asked for
+    #: with full event logs); None: every step met every worker, or the protocol does not say.
+    peer_ranks: list | None = None
 
 
 class Protocol:
@@ -131,6 +134,36 @@ class Protocol:
         if meetings is None:
             return {}
         return {"preduce_cache_hits": meetings.hits, "preduce_cache_misses": meetings.misses}
+
+
+class Partners:
+    """The event path of a protocol whose step k waits for some partners' k-th gradients (a
+    gossip graph's neighbours, every worker at an averaging step): `ready(w)` notes worker w's
+    arrival and returns each worker whose step can now begin, as (x, its own arrival, its
+    partners' latest arrival). `partners_of(w, k)` names w's partners at iteration k (w itself
+    may be among them); the relation must be symmetric, as a real exchange's is."""
+
+    def __init__(self, engine, partners_of):
+        self.engine, self.partners_of = engine, partners_of
+        #: arrived[w][k]: when w's k-th gradient was ready.
+        self.arrived: list[list[float]] = [[] for _ in range(engine.n)]
+        self.waiting: set[int] = set()
+
+    def ready(self, w: int) -> list[tuple[int, int, float, float]]:
+        self.arrived[w].append(self.engine.now)
+        self.waiting.add(w)
+        k = len(self.arrived[w]) - 1
+        started = []
+        for x in sorted({w, *self.partners_of(w, k)} & self.waiting):
+            k_x = self.engine.iteration[x]
+            partners = [j for j in self.partners_of(x, k_x) if j != x]
+            if any(len(self.arrived[j]) <= k_x for j in partners):
+                continue
+            self.waiting.discard(x)
+            mine = self.arrived[x][k_x]
+            started.append((x, k_x, mine, max((self.arrived[j][k_x] for j in partners),
+                                              default=mine)))
+        return started
 
 
 class MemberCaches:

@@ -117,12 +117,13 @@ class EventSink:
             columns = [c.tolist() for c in (t_start, t_end, compute_s, slowdown_s, comm_s, wait_s)]
             peer_list = peers.tolist() if isinstance(peers, np.ndarray) else [peers] * n
             fields = steps.fields or [None] * n
+            peer_ranks = steps.peer_ranks or [None] * n
             staleness = steps.staleness
             if not isinstance(staleness, list):
                 staleness = [staleness] * n
             for rank, (a, b, c, d, e, f) in enumerate(zip(*columns, strict=True)):
                 self.add(rank, iteration, a, b, c, d, e, f, fields[rank], peer_list[rank],
-                         staleness[rank])
+                         staleness[rank], peer_ranks=peer_ranks[rank])
             return
         self.sync.add_all(peers if isinstance(peers, np.ndarray) else np.full(n, peers),
                           steps.staleness)
