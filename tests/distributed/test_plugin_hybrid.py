@@ -124,9 +124,9 @@ def test_a_hybrid_plugin_is_attributed_at_every_step_and_reported(tmp_path, benc
                 "--slowdown", "det:5@1", "--iterations", "24", "--pace-ms", "10", "--out", out,
                 env=env)
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    report = bench("report", out, env=env, timeout=180)
+    report = bench("report", out, "--timeline", "hybrid-gossip", env=env, timeout=180)
     assert report.returncode == 0, report.stderr[-3000:]
-    assert (out / "timeline.png").exists()
+    assert (out / "timeline.png").exists() and (out / "timeline.json").exists()
     rows = list(csv.DictReader((out / "waits.csv").open()))
     assert rows and {r["rule"] for r in rows} == {"from"}
     # Worker 3 is no ring neighbour of the straggler (1): it waited on it only at the steps
