@@ -62,7 +62,10 @@ class Protocol:
       active)` (when a message arrives, its CPU time included), `wire(src, dst, nbytes, at)`
       (without it), `p_reduce(nbytes, members, active)` (a P-Reduce's duration),
       `rpc_one_way(w)` (to a service on rank 0's node), `group_setup_s` (a communicator's
-      set-up, paid on a member-set cache miss: MemberCaches). With a `[network]` table the
+      set-up, paid on a member-set cache miss: MemberCaches). On a lockstep path, the same
+      patterns as durations: `ring_allreduce(nbytes, n, active)`, `exchange_s(degree, nbytes,
+      active)`, `message(nbytes, active)`, `p_reduce(nbytes, members, active)` (one formula
+      per pattern: the built-ins call these too). With a `[network]` table the
       same calls answer from the cluster's links and NIC queues (`self.net.cluster` is then
       set), so a protocol written against them runs on both.
 
