@@ -210,14 +210,17 @@ def summarize_cmd(run_dirs) -> None:
 
 
 def _add_commands() -> None:
-    """The commands of cli/report.py (report / compare / reproduce), cli/sim.py (sim) and
-    cli/tune.py (tune), each module exporting a COMMANDS list."""
+    """The commands of cli/report.py (report / compare / reproduce), cli/sim.py (sim),
+    cli/tune.py (tune), cli/trace.py (trace) and cli/testbed.py (testbed), each module
+    exporting a COMMANDS list."""
     from hetbench.cli.report import COMMANDS as report_commands
     from hetbench.cli.sim import COMMANDS as sim_commands
+    from hetbench.cli.testbed import COMMANDS as testbed_commands
     from hetbench.cli.trace import COMMANDS as trace_commands
     from hetbench.cli.tune import COMMANDS as tune_commands
 
-    for command in [*report_commands, *sim_commands, *tune_commands, *trace_commands]:
+    for command in [*report_commands, *sim_commands, *tune_commands, *trace_commands,
+                    *testbed_commands]:
         cli.add_command(command)
 
 

@@ -17,6 +17,7 @@ ROOT = Path(hetbench.__file__).parent
 #: Bottom to top: a module may import its own subpackage and any subpackage below it.
 LAYERS = [
     "hetbench.errors",
+    "hetbench.testbed",
     "hetbench.slowdown",
     "hetbench.network",
     "hetbench.comm",

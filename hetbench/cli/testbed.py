@@ -1,0 +1,94 @@
+"""`bench testbed up|down|exec|status`: a cluster of namespace hosts on this machine
+(hetbench/testbed.py), to rehearse multi-host runs; needs root."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from hetbench.errors import UserError
+
+
+def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
+    pairs = {}
+    for value in values:
+        host, sep, setting = value.partition("=")
+        if not sep or not host or not setting:
+            raise UserError(f"testbed: {what} {value!r}: expected HOST=VALUE, e.g. h2=100mbit")
+        pairs[host] = setting
+    return pairs
+
+
+@click.group("testbed")
+def testbed_cmd() -> None:
+    """Hosts in network namespaces on this machine (root): names, addresses, shaped links,
+    shifted clocks."""
+
+
+@testbed_cmd.command("up")
+@click.option("--name", default="hbtb", show_default=True, help="The bed's name (1-6 chars).")
+@click.option("--hosts", default=3, show_default=True, help="Hosts h1..hN.")
+@click.option("--subnet", default="10.77.0", show_default=True, help="Their /24 (10.X.Y).")
+@click.option("--rate", multiple=True, metavar="HOST=RATE",
+              help="Shape a host's link both ways (tbf), e.g. h2=100mbit.")
+@click.option("--clock-offset", multiple=True, metavar="HOST=SECONDS",
+              help="Shift a host's clock (libfaketime), e.g. h2=+0.050.")
+def up_cmd(name: str, hosts: int, subnet: str, rate: tuple[str, ...],
+           clock_offset: tuple[str, ...]) -> None:
+    """Make the bed; `bench testbed down` removes it."""
+    from hetbench import testbed
+
+    offsets = {}
+    for host, value in _pairs(clock_offset, "--clock-offset").items():
+        try:
+            offsets[host] = float(value)
+        except ValueError:
+            raise UserError(f"testbed: --clock-offset {host}={value}: not a number of "
+                            "seconds") from None
+    bed = testbed.up(name, hosts, subnet, _pairs(rate, "--rate"), offsets)
+    for host, address in bed.hosts.items():
+        extra = [f"rate {bed.rates[host]}"] if host in bed.rates else []
+        if host in bed.clock_offsets:
+            extra.append(f"clock {bed.clock_offsets[host]:+g} s")
+        click.echo(f"{host} {address}" + (f" ({', '.join(extra)})" if extra else ""))
+    click.echo(f"testbed {name} is up; run on a host with `bench testbed exec HOST -- CMD`")
+
+
+@testbed_cmd.command("down")
+@click.option("--name", default="hbtb", show_default=True)
+def down_cmd(name: str) -> None:
+    """Remove the bed (whatever of it exists)."""
+    from hetbench import testbed
+
+    removed = testbed.down(name)
+    click.echo(f"testbed {name}: removed {', '.join(removed)}" if removed
+               else f"testbed {name}: nothing to remove")
+
+
+@testbed_cmd.command("exec", context_settings={"ignore_unknown_options": True})
+@click.option("--name", default="hbtb", show_default=True)
+@click.argument("host")
+@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_cmd(name: str, host: str, argv: tuple[str, ...]) -> None:
+    """Run a command on HOST (its namespace, hostname and clock); its exit code is ours."""
+    from hetbench import testbed
+
+    sys.exit(testbed.load(name).run(host, list(argv)).returncode)
+
+
+@testbed_cmd.command("status")
+@click.option("--name", default="hbtb", show_default=True)
+def status_cmd(name: str) -> None:
+    """The bed's hosts, addresses, rates and clock offsets."""
+    from hetbench import testbed
+
+    bed = testbed.load(name)
+    for host, address in bed.hosts.items():
+        click.echo(f"{host} {address} namespace {bed.namespace(host)}"
+                   + (f" rate {bed.rates[host]}" if host in bed.rates else "")
+                   + (f" clock {bed.clock_offsets[host]:+g} s" if host in bed.clock_offsets
+                      else ""))
+
+
+COMMANDS: list[click.Command] = [testbed_cmd]
