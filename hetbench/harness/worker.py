@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from hetbench.comm import rendezvous
+from hetbench.comm.clock import estimate_offsets
 from hetbench.comm.comm import Comm, ReduceOp, Traffic
 from hetbench.comm.rendezvous import Rendezvous
 from hetbench.core.algorithm import Algorithm
@@ -74,10 +75,14 @@ class RankProgress:
     transport: dict[str, Any] | None = None
     #: What its Comm operations moved while training (comm.Traffic).
     traffic: dict[str, int] | None = None
+    #: Its clock against rank 0's, estimated at the start and the end of training
+    #: (comm/clock.py; rank 0 has none).
+    clock: dict[str, Any] | None = None
 
     def done_record(self) -> dict[str, Any]:
         return {"train_cpu_s": self.train_cpu_s, "start_ns": self.start_ns,
-                "transport": self.transport, "traffic": self.traffic, **self.finish}
+                "transport": self.transport, "traffic": self.traffic, "clock": self.clock,
+                **self.finish}
 
 
 def pick_device(requested: str, local_rank: int) -> torch.device:
@@ -131,6 +136,10 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous, services: dic
             if rank == 0:
                 Emulator.prepare(run_dir, world_size)
         note(rank, "set up; waiting for the common start")
+        # Each rank's clock against rank 0's (recorded; on one host there is one clock).
+        estimate = estimate_offsets(comm, list(range(world_size)))
+        if estimate is not None:
+            progress.clock = {"host": socket.gethostname(), "start": estimate.to_dict()}
         # Nobody's clock runs during the others' set-up, and every rank's runs from the same t0.
         t0_ns = common_start_ns(comm)
         comm.end_setup()
@@ -169,6 +178,9 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous, services: dic
         progress.phase = "waiting for the other workers to finish"
         comm.wait_for_arrivals("worker-finished", config.workers)
         end_s = (time.time_ns() - t0_ns) / 1e9 / config.dilation
+        estimate = estimate_offsets(comm, workers)  # again at the end: the drift
+        if estimate is not None and progress.clock is not None:
+            progress.clock["end"] = estimate.to_dict()
         progress.phase = "evaluation"
         note(rank, f"trained {iterations_done} iterations; evaluating")
         if config.save_models:
