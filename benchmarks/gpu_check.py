@@ -149,6 +149,19 @@ def shared_table(out: Path) -> list[dict]:
     return rows
 
 
+def save_shared_table(out: Path, name: str) -> str:
+    """shared_table of out/name written to out/name.json; its ratios as a check's detail (a
+    results tree that cannot be read says so, and the other steps go on)."""
+    try:
+        table = shared_table(out / name)
+    except Exception as exc:
+        return f"; table: {type(exc).__name__}: {exc}"
+    (out / f"{name}.json").write_text(json.dumps(table, indent=1, default=str))
+    return "; ratio to allreduce: " + ", ".join(
+        f"{r['algorithm']} {r['slowdown']} {r['ratio_to_allreduce']:.3f}"
+        for r in table if r["ratio_to_allreduce"])
+
+
 def check_timing(out: Path, workload: str, batch: int) -> list[dict]:
     """Rank 1's (compute + slowdown) / compute is 3 at each iteration, and each rank's compute
     is no shorter than the model's own GPU time (the compute table's, one process alone)."""
@@ -410,14 +423,7 @@ def main(argv: list[str] | None = None) -> int:
                                 capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
         detail = f"bench run exit {code}, bench report exit {report.returncode}, " \
                  f"{time.monotonic() - t0:.0f} s"
-        try:
-            table = shared_table(out / "shared")
-            (out / "shared.json").write_text(json.dumps(table, indent=1, default=str))
-            detail += "; ratio to allreduce: " + ", ".join(
-                f"{r['algorithm']} {r['slowdown']} {r['ratio_to_allreduce']:.3f}"
-                for r in table if r["ratio_to_allreduce"])
-        except Exception as exc:
-            detail += f"; table: {type(exc).__name__}: {exc}"
+        detail += save_shared_table(out, "shared")
         note = report.returncode == 0 and "Ranks shared a GPU" in (
             out / "shared" / "report.md").read_text()
         checks.append({"check": "shared: six algorithms, 4 ranks on one GPU",
@@ -470,15 +476,7 @@ def main(argv: list[str] | None = None) -> int:
                                           str(out / "shared-also.toml"), "--out",
                                           str(out / "shared-also")],
                                     out / "shared-also.log", 200, also_env))
-        detail = f"exit {code}"
-        try:
-            table = shared_table(out / "shared-also")
-            (out / "shared-also.json").write_text(json.dumps(table, indent=1, default=str))
-            detail += "; ratio to allreduce: " + ", ".join(
-                f"{r['algorithm']} {r['ratio_to_allreduce']:.3f}"
-                for r in table if r["ratio_to_allreduce"])
-        except Exception as exc:
-            detail += f"; table: {type(exc).__name__}: {exc}"
+        detail = f"exit {code}" + save_shared_table(out, "shared-also")
         checks.append({"check": f"shared-also: the none half under {args.also}",
                        "ok": code == 0, "detail": detail})
         saved()
