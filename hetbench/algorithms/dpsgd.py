@@ -223,7 +223,9 @@ class DPSGDSim(Protocol):
         self.waiting[x] = False
         end = self.net.exchange(x, receive_from, self.model_bytes, max(latest, mine),
                                 self.engine.active)
-        self.engine.end_step(x, end, latest - mine, peers=len(receive_from), staleness=0.0)
+        # The ranks it met, as a real step's Comm records them: its in- and out-neighbours.
+        self.engine.end_step(x, end, latest - mine, peers=len(receive_from), staleness=0.0,
+                             peer_ranks=partners)
 
     def learn(self, k, learner):
         """The real step's math: each worker's gradient at its model of iteration k, its
@@ -273,8 +275,9 @@ class DPSGDSim(Protocol):
             latest = t_sync[self._neighbours].max(axis=1)
             degree = self._degree
         begin = np.maximum(latest, t_sync)
+        met = [self._partners(x, k)[1] for x in range(self.n)] if full else None
         return Steps(begin + self.net.exchange_s(degree, self.model_bytes, self.n),
-                     latest - t_sync, degree)
+                     latest - t_sync, degree, peer_ranks=met)
 
     def _static_neighbours(self) -> None:
         graph = self.exchange.graph

@@ -72,12 +72,13 @@ def groups(events: dict[int, list[dict]]):
 def met_of(e: dict, rank: int, workers: int) -> list[int]:
     """The ranks step `e` of worker `rank` synchronized with: the senders it names as awaited
     (osgp), else its peer_ranks (what its Comm operations met, or what its StepInfo said),
-    else its `from`; a step with none of them that mixed in peers (peers > 0) met every other
-    worker, since the harness logs no list for those (it would grow with the world)."""
+    else its `from`; a step with none of them that mixed in every other worker (peers =
+    workers - 1) met them all, since the harness logs no list for those (it would grow with
+    the world). Any other step without a list names nobody (its wait stays unattributed)."""
     ranks = e.get("awaited", e.get("peer_ranks", e.get("from")))
     if ranks:
         return [int(r) for r in ranks if int(r) != rank]
-    if (e.get("peers") or 0) > 0:
+    if e.get("peers") == workers - 1 and workers > 1:
         return [r for r in range(workers) if r != rank]
     return []
 

@@ -176,16 +176,17 @@ def fit_group_setup(results_dir: Path) -> float | None:
     comm_s of misses less that of hits; the median over runs with at least 3 misses and 3
     hits. None without such runs.
     """
-    from hetbench.core.store import SERVICE_CPU_FILE, read_jsonl
+    from hetbench.core.store import read_jsonl
     from hetbench.sim.protocol import MemberCaches
 
     estimates = []
     for run_dir, raw, _ in finished_real_runs(results_dir):
-        # Groups from the Group Generator (its service ran), P-Reduced through member caches.
-        if not (run_dir / SERVICE_CPU_FILE.format(name="gg")).exists():
-            continue
         config = RunConfig.from_dict(raw)
-        cache_size = config.algorithm_config().cache_size
+        # Groups P-Reduced through member caches (the algorithm's options size them); their
+        # events name each group (group_id), as below.
+        cache_size = getattr(config.algorithm_config(), "cache_size", None)
+        if cache_size is None:
+            continue
         events = [read_jsonl(run_dir / f"events.rank{r}.jsonl")[0]
                   for r in range(config.workers)]
         first_end: dict[int, tuple[int, tuple[int, ...]]] = {}
