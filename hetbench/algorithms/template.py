@@ -16,8 +16,8 @@ so the whole Algorithm contract is visible in one screen:
    synchronize through ctx.comm (never torch.distributed directly; `help(Comm)` says which
    primitive serves which pattern: groups formed on the fly use p_reduce_). Point-to-point
    tags are yours, except those hetbench reserves on the world group: 71 (evaluation's
-   search for the time to target, after training) and 72 (a staged message's speed, before
-   training); keep clear of them. Return a
+   search for the time to target, after training), 72 (a staged message's speed) and 73 (the
+   clocks' exchanges), both before and after training; keep clear of them. Return a
    StepInfo: how many peers' models went into this step's update (peers; 0 for a local step)
    and how stale they were (staleness, in iterations): reports show them as synchronization
    health beside throughput. Add any fields for the event log. No timing code: the harness
