@@ -101,9 +101,9 @@ class Comm:
     the harness records, per step, the ranks the calls met and the seconds point-to-point ones
     blocked (the step's wait_s unless StepInfo says). Tags 71, 72 and 73 on the world group are
     the harness's (evaluation's time-to-target search, a staged message's speed, the clock
-    exchanges): an algorithm's messages use others. With CUDA tensors on gloo (ranks sharing a GPU) point to point goes
-    through host memory (comm/staging.py); with a `[network]` table every operation lasts at
-    least its modeled time.
+    exchanges): an algorithm's messages use others. With CUDA tensors on gloo (ranks sharing a
+    GPU) point to point goes through host memory (comm/staging.py); with a `[network]` table
+    every operation lasts at least its modeled time.
     """
 
     def __init__(self, rank: int, world_size: int, device: torch.device, backend: str,
