@@ -119,3 +119,31 @@ def test_without_root_the_bed_is_refused_in_one_line(tmp_path):
                           cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)})
     assert done.returncode == 2, done.stderr
     assert "needs root" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+ALL_REDUCE = """
+import socket, sys, torch, torch.distributed as dist
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", init_method="tcp://h1:29511", rank=rank, world_size=2)
+value = torch.tensor([float(rank + 1)])
+dist.all_reduce(value)
+print(socket.gethostname(), value.item(), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_real_gloo_ranks_on_two_hosts_meet_by_hostname(bed):
+    """Two ranks, one on h1 and one on h2, rendezvous at h1's name and all-reduce over the
+    bed's links (gloo finds each host's address from its own hostname)."""
+    ranks = [bed.popen(host, [sys.executable, "-c", ALL_REDUCE, str(rank)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for rank, host in enumerate(("h1", "h2"))]
+    outputs = []
+    for proc in ranks:
+        try:
+            out, err = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+        assert proc.returncode == 0, err[-2000:]
+        outputs.append(out.split())
+    assert outputs == [["h1", "3.0"], ["h2", "3.0"]]
