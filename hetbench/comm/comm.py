@@ -45,7 +45,8 @@ from hetbench.network.shared import stream_key
 ReduceOp = dist.ReduceOp
 WORLD = "world"  # the stream name of messages on the world group (network/shared.py)
 #: Point-to-point tag of measure_staged_bandwidth's messages (before training: no algorithm's
-#: message is in flight then; the harness's other reserved tag is evaluation's 71).
+#: message is in flight then). The harness's other reserved tags: 71 (harness/evaluation.py's
+#: TARGET_TAG) and 73 (comm/clock.py's CLOCK_TAG).
 STAGED_PROBE_TAG = 72
 #: Store keys of the backend vote (choose_backend).
 _SHARED_GPU_KEY, _VOTES_KEY = "hetbench/comm/shared-gpu", "hetbench/comm/backend-votes"

@@ -43,14 +43,6 @@ import torch
 ANCHOR_S = 1.0
 
 
-def stream_synchronizer(device: torch.device):
-    """A call that returns once the work queued on `device`'s current stream is done; a no-op
-    on CPU, where an operation is done when it returns."""
-    if device.type != "cuda":
-        return lambda: None
-    return lambda: torch.cuda.current_stream(device).synchronize()
-
-
 @dataclass
 class IterationTimes:
     """One iteration's boundaries on the host clock (ns) and its compute and slowdown (s)."""
@@ -85,9 +77,6 @@ class CudaClock:
         self.device = device
         self._anchor_event = None
         self._anchor_ns = 0
-        #: Stream waits made to anchor the clock (the only full waits of an iteration that
-        #: needs no compute time at once).
-        self.anchors = 0
 
     def mark(self, host_ns: int, renew: bool = False):
         """An event recorded now on the stream; with `renew`, renews the anchor first when it
@@ -97,7 +86,6 @@ class CudaClock:
             torch.cuda.current_stream(self.device).synchronize()
             self._anchor_event = self._event()
             self._anchor_ns = time.time_ns()
-            self.anchors += 1
         return self._event()
 
     def _event(self):
@@ -125,8 +113,6 @@ class ComputeEnd:
         device = device or torch.device("cpu")
         #: None on CPU, where an operation is done when it returns.
         self.clock = CudaClock(device) if device.type == "cuda" else None
-        #: Waits for the device's queued work (the benchmarks' own loops use it).
-        self.synchronize = stream_synchronizer(device)
         #: Iterations that waited for their compute at once (pace or slowdown).
         self.compute_waits = 0
         self._marks: _Marks | None = None
