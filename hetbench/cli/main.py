@@ -140,16 +140,15 @@ def _shared_gpu_note(out_dir: Path, configs) -> str | None:
     if not any(c.device != "cpu" for c in configs):
         return None
     from hetbench.core.store import read_json
-    from hetbench.reports.notes import shared_gpu_note
+    from hetbench.reports.notes import gpu_row, shared_gpu_note
 
     runs = []
     for config in configs:
         try:
             summary = read_json(out_dir / config.run_id / "summary.json")
-            env = read_json(out_dir / config.run_id / "env.json")
         except (OSError, ValueError):
             continue
-        runs.append({**summary, "hostname": env.get("hostname"), "gpu": env.get("gpu")})
+        runs.append(gpu_row(summary, out_dir / config.run_id))
     return shared_gpu_note(runs)
 
 

@@ -58,7 +58,8 @@ def encode_fields(fields: dict) -> str:
 def logged_peer_ranks(ranks, rank: int, workers: int) -> list[int] | None:
     """A step's peer_ranks as its event line holds them: the ranks it met, its own excluded;
     None (no field) when it met none, or every other worker (a list that would grow with the
-    world: the reports read a step with peers > 0 and no list as meeting every worker)."""
+    world: the reports read a step with peers = workers - 1 and no list as meeting every
+    worker, reports/wait_rules.py's met_of)."""
     if ranks is None:
         return None
     met = {int(r) for r in ranks} - {rank}

@@ -107,17 +107,20 @@ def shared_gpu_note(runs: list[dict]) -> str | None:
             "with a `compute_preset`.")
 
 
+def gpu_row(run, run_dir) -> dict:
+    """What shared_gpu_note reads of one run: its summary's fields (a dict, or a report's
+    DataFrame row) and its env.json's host and GPU."""
+    env = load_env(run_dir)
+    return {"devices": run.get("devices"), "backend": run.get("backend"),
+            "staged_p2p_mb_per_s": run.get("staged_p2p_mb_per_s"),
+            "hostname": env.get("hostname"), "gpu": env.get("gpu")}
+
+
 def gpu_notes(runs: pd.DataFrame) -> list[str]:
     """shared_gpu_note over a report's real runs."""
     if runs.empty or "devices" not in runs:
         return []
-    rows = []
-    for _, run in runs.iterrows():
-        env = load_env(run["run_dir"])
-        rows.append({"devices": run.get("devices"), "backend": run.get("backend"),
-                     "staged_p2p_mb_per_s": run.get("staged_p2p_mb_per_s"),
-                     "hostname": env.get("hostname"), "gpu": env.get("gpu")})
-    note = shared_gpu_note(rows)
+    note = shared_gpu_note([gpu_row(run, run["run_dir"]) for _, run in runs.iterrows()])
     return [note] if note else []
 
 
