@@ -14,7 +14,8 @@ Trace Collector and Open MPI's mpisync do, rank 0 exchanges timestamps with ever
 Of SAMPLES exchanges the one with the smallest round trip is kept: the true offset lies within
 half its round trip of the estimate (whatever the asymmetry of the two legs), so that half is
 the error bound. Measured at the start and the end of training, the two estimates give the
-drift, taken as linear between them (ClockOffsets.at).
+drift, to be taken as linear between them when the offsets are applied (not yet: they are
+recorded in the done records only).
 """
 
 from __future__ import annotations
@@ -40,22 +41,6 @@ class ClockEstimate:
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class ClockOffsets:
-    """A rank's clock against rank 0's over a run: estimates at its start and end."""
-
-    start: ClockEstimate
-    end: ClockEstimate | None = None
-
-    def at(self, local_ns: int) -> float:
-        """The offset at this rank's time local_ns: linear between the two estimates (the
-        start's alone before the end's exists)."""
-        if self.end is None or self.end.at_ns == self.start.at_ns:
-            return float(self.start.offset_ns)
-        slope = (self.end.offset_ns - self.start.offset_ns) / (self.end.at_ns - self.start.at_ns)
-        return self.start.offset_ns + slope * (local_ns - self.start.at_ns)
 
 
 def estimate_offsets(comm, ranks: list[int], samples: int = SAMPLES,
