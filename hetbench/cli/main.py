@@ -77,11 +77,16 @@ def list_cmd(options: bool) -> None:
 @click.option("--dry-run", is_flag=True, help="List the runs the matrix expands to, run nothing.")
 @click.option("--prepare", is_flag=True, help="Multi-node: only write each run's directory and "
               "print the torchrun/mpirun command to start on every machine.")
+@click.option("--hosts", help="Run the ranks on these hosts (torchrun or mpi): HOST:SLOTS,... or "
+              "a hostfile; results must be on a filesystem every host shares "
+              "(docs/multi-node.md).")
+@click.option("--rsh-agent", help="How to start a command on another host, called as AGENT "
+              "HOST COMMAND (default: ssh -o BatchMode=yes; the test bed's: bench testbed rsh).")
 @wait_flag
 @oversubscribe_flag
 def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
-            pace_ms, target, out, launcher, force, dry_run, prepare, network, dilation, wait,
-            allow_oversubscribe) -> None:
+            pace_ms, target, out, launcher, force, dry_run, prepare, hosts, rsh_agent, network,
+            dilation, wait, allow_oversubscribe) -> None:
     """Run a matrix of algorithms x workloads x workers x slowdowns x seeds."""
     if not (dry_run or prepare) and launcher in (None, "local"):
         from hetbench.harness.launch.local import start_forkserver_early
@@ -92,7 +97,7 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
     spec, configs = from_file_and_flags(
         matrix_file, algorithms=algorithms, workloads=workloads, workers=workers,
         slowdown=slowdown, iterations=iterations, seconds=seconds, seeds=seeds, pace_ms=pace_ms,
-        launcher=launcher, network=network, dilation=dilation, target=target)
+        launcher=launcher, network=network, dilation=dilation, target=target, hosts=hosts)
     if any(config.learn for config in configs):
         raise UserError("learn = true asks `bench sim` to train its simulated workers; real "
                         "runs always train: drop it from the matrix for bench run")
@@ -120,7 +125,9 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         if "tune" in spec:
             click.echo("note: this matrix has a [tune] table; bench run runs its options as "
                        "given, `bench tune` runs the tuning trials", err=True)
-        failures = run_with_progress(configs, out_dir, force, {"slurm": spec.get("slurm")},
+        agent = {"rsh_agent": rsh_agent}
+        failures = run_with_progress(configs, out_dir, force,
+                                     {"slurm": spec.get("slurm"), "torchrun": agent, "mpi": agent},
                                      allow_oversubscribe=allow_oversubscribe)
     local = [c for c in configs if c.launcher == "local" and not c.network]
     if local:  # the numbers are this host's: say so where the run ends, as the report does

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -75,6 +76,27 @@ def exec_cmd(name: str, host: str, argv: tuple[str, ...]) -> None:
     from hetbench import testbed
 
     sys.exit(testbed.load(name).run(host, list(argv)).returncode)
+
+
+@testbed_cmd.command("rsh", context_settings={"ignore_unknown_options": True,
+                                              "allow_interspersed_args": False})
+@click.option("--name", default="hbtb", show_default=True)
+@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
+def rsh_cmd(name: str, argv: tuple[str, ...]) -> None:
+    """An rsh agent into the bed, called as ssh is: `rsh [OPTIONS] HOST COMMAND...`; options
+    are ignored, COMMAND's words are joined and run by a shell on HOST (bench run --rsh-agent,
+    Open MPI's plm_rsh_agent)."""
+    from hetbench import testbed
+
+    words = list(argv)
+    while words and words[0].startswith("-"):  # ssh options an MPI launcher may add
+        words.pop(0)
+    if len(words) < 2:
+        raise UserError("testbed rsh: expected HOST COMMAND...")
+    host, command = words[0], " ".join(words[1:])
+    argv_on_host = testbed.load(name).command(host, ["sh", "-c", command])
+    sys.stdout.flush()
+    os.execvp(argv_on_host[0], argv_on_host)  # stdin, stdout and signals reach the command
 
 
 @testbed_cmd.command("status")

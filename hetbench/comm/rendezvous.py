@@ -8,6 +8,10 @@
 - slurm: the task submitit started gives rank and size; rank 0 opens the store on a free port
   and writes its address into the run directory (on the shared filesystem), the others read it.
 
+Across hosts, gloo and NCCL are pointed at the interface that reaches the store's host
+(comm/interfaces.py) unless GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME say otherwise; torchrun's
+ranks get it from their host's node (harness/launch/node.py).
+
 Every launcher ends in the same place: a rank, a world size and a store client, so the rest of
 the worker (Comm, algorithms) does not know who started it.
 """
@@ -24,6 +28,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from hetbench.comm.interfaces import choose_interface
 from hetbench.errors import UserError
 
 
@@ -84,6 +89,7 @@ def join_mpi(world_size: int, bind_host: str, timeout_s: float) -> Rendezvous:
     if rank == 0:
         store, address = _host_store(bind_host, size, timeout_s)
     host, port = comm.bcast(address, root=0)
+    choose_interface(host, os.environ)  # the interface that reaches rank 0's host
     if store is None:
         store = dist.TCPStore(host, port, size, is_master=False, timeout=_timeout(timeout_s))
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)  # the ranks on this machine
@@ -107,6 +113,7 @@ def join_slurm(run_dir: Path, world_size: int, bind_host: str, timeout_s: float)
     address_file = Path(run_dir) / f"store.{os.environ['HETBENCH_JOB_ID']}.json"
     if rank == 0:
         store, (host, port) = _host_store(bind_host, size, timeout_s)
+        choose_interface(host, os.environ)
         # Written whole (temp file, rename) so a peer never reads half of it; by hand, as
         # core.store's helpers sit above this layer.
         tmp = address_file.with_suffix(".tmp")
@@ -120,6 +127,7 @@ def join_slurm(run_dir: Path, world_size: int, bind_host: str, timeout_s: float)
                                    f"{timeout_s:.0f} s ({address_file} missing)")
             time.sleep(0.05)
         found = json.loads(address_file.read_text())
+        choose_interface(found["host"], os.environ)
         store = dist.TCPStore(found["host"], found["port"], size, is_master=False,
                               timeout=_timeout(timeout_s))
     return Rendezvous(rank, size, int(os.environ.get("LOCAL_RANK", rank)), store)

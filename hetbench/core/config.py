@@ -53,6 +53,9 @@ class RunConfig:
     fault: str = ""
     #: Address the rendezvous store listens on; loopback unless ranks span machines.
     bind_host: str = "127.0.0.1"
+    #: The hosts the ranks run on (`bench run --hosts`: HOST:SLOTS,..., filled in order from
+    #: the first, which holds rank 0 and the rendezvous); '' = this machine.
+    hosts: str = ""
     #: Name of the matrix this run belongs to (results/<matrix>/<run_id>).
     matrix: str = "adhoc"
     #: Convergence target (accuracy:V or loss:V) whose time the run finds to the iteration after
@@ -95,6 +98,8 @@ class RunConfig:
             raise UserError(
                 f"launcher must be one of {', '.join(LAUNCHERS)}, got {self.launcher!r}"
             )
+        if self.hosts:
+            self._check_hosts()
         # Resolve options against the components' Config classes: fills defaults and rejects
         # unknown keys and bad values here, not inside a worker.
         algo_cls = self.algorithm_class()
@@ -126,6 +131,25 @@ class RunConfig:
         parse_fault(self.fault, self.workers)
         object.__setattr__(self, "algorithm_options", dataclasses.asdict(algo_cfg))
         object.__setattr__(self, "workload_options", dataclasses.asdict(load_cfg))
+
+    def _check_hosts(self) -> None:
+        """Hosts only where a launcher starts ranks on them, every rank placed, and a rendezvous
+        other hosts can reach; `hosts` kept in one spelling (a hostfile's contents, not its
+        path: the run id must not change with where the file is)."""
+        from hetbench.harness.launch.hosts import parse_hosts, place
+
+        if self.launcher not in ("torchrun", "mpi"):
+            raise UserError(f"--hosts starts ranks on other hosts through torchrun or mpirun; "
+                            f"launcher {self.launcher} " + (
+                                "places them itself (drop --hosts)" if self.launcher == "slurm"
+                                else "runs on this machine: add --launcher torchrun or mpi"))
+        hosts = parse_hosts(self.hosts)
+        place(hosts, self.world_size)
+        if self.bind_host.startswith("127.") or self.bind_host in ("localhost", "::1"):
+            raise UserError(f"bind_host {self.bind_host} is loopback: ranks on other hosts could "
+                            "not reach the run's services; use 0.0.0.0 (the default with --hosts)"
+                            " or an address of this host")
+        object.__setattr__(self, "hosts", ",".join(f"{h.host}:{h.slots}" for h in hosts))
 
     def _with_preset_compute(self, load_cfg):
         """The workload's options with compute_ms from its compute_preset, if it names one."""
@@ -226,6 +250,8 @@ class RunConfig:
             identity.pop("network")
         if not identity["learn"]:  # and simulations without learning
             identity.pop("learn")
+        if not identity["hosts"]:  # and runs on one machine
+            identity.pop("hosts")
         # Likewise for options added to an algorithm or workload after runs of it were stored.
         for key, config_cls in (("algorithm_options", self.algorithm_class().Config),
                                 ("workload_options", self.workload_class().Config)):

@@ -38,7 +38,7 @@ AXES = {"algorithms": str, "workloads": str, "workers": int, "slowdown": str, "s
 SCALARS = {
     "iterations": int, "seconds": float, "pace_ms": float, "warmup_iterations": int,
     "comm_timeout_s": float, "eval_interval_s": float, "device": str, "save_models": bool,
-    "launcher": str, "fault": str, "bind_host": str, "learn": bool,
+    "launcher": str, "fault": str, "bind_host": str, "learn": bool, "hosts": str,
 }
 TABLES = ("algorithm", "workload")
 DEFAULTS: dict[str, Any] = {"slowdown": ["none"], "seeds": [1]}
@@ -192,7 +192,7 @@ def from_file_and_flags(matrix_file: Path | None, *, algorithms: str | None = No
                         pace_ms: float | None = None, launcher: str | None = None,
                         network: str | None = None, dilation: float | None = None,
                         target: str | None = None, learn: bool = False,
-                        ) -> tuple[dict[str, Any], list[RunConfig]]:
+                        hosts: str | None = None) -> tuple[dict[str, Any], list[RunConfig]]:
     """The matrix of a file (optional) with command-line flags over it: (spec, RunConfigs).
     `network` names a preset (or "none": no network model), `dilation` sets the network's."""
     spec = load_matrix_file(matrix_file) if matrix_file else {"name": "adhoc"}
@@ -217,10 +217,15 @@ def from_file_and_flags(matrix_file: Path | None, *, algorithms: str | None = No
         "launcher": launcher,
         "target": target,
         "learn": True if learn else None,
+        "hosts": hosts,
     }
     if seconds is not None and iterations is None:
         spec.pop("iterations", None)
     spec.update({k: v for k, v in flags.items() if v is not None})
+    if spec.get("hosts"):
+        # Ranks on other hosts reach the run's services (the Group Generator) only on an
+        # address of this machine's that they route to.
+        spec.setdefault("bind_host", "0.0.0.0")
     # A flag that narrows the file's algorithms or workloads leaves their option tables unused,
     # not wrong: `bench run matrices/quick.toml --algorithms allreduce` runs.
     for table, axis in (("algorithm", "algorithms"), ("workload", "workloads")):

@@ -31,4 +31,4 @@ def make_launcher(name: str, on_progress: Callable[[int, int], None] | None = No
     launchers = {"torchrun": TorchrunLauncher, "mpi": MpiLauncher}
     if name not in launchers:
         raise UserError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {name!r}")
-    return launchers[name](on_progress=on_progress)
+    return launchers[name](on_progress=on_progress, options=options)

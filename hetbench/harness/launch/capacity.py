@@ -82,7 +82,7 @@ def available_mb() -> float | None:
 
 def world_problem(config: RunConfig, cores: int, memory_mb: float | None) -> str | None:
     """Why `config`'s world cannot run on this machine (None when it fits)."""
-    if config.launcher not in LOCAL_LAUNCHERS:
+    if config.launcher not in LOCAL_LAUNCHERS or config.hosts:
         return None
     ranks = config.world_size
     problems = []

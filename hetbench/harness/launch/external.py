@@ -10,7 +10,6 @@ unchanged across machines.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -29,9 +28,10 @@ from hetbench.core.store import read_json, write_json_atomic
 from hetbench.errors import UserError
 from hetbench.harness.launch.base import POLL_S, Progress, record_run
 from hetbench.harness.launch.failures import failure_cause
+from hetbench.harness.launch.hosts import parse_hosts, place
+from hetbench.harness.launch.multihost import DEFAULT_AGENT, HostsJob, NodeFailed
+from hetbench.harness.launch.processes import stop_job
 
-#: How long torchrun / mpirun get to stop their ranks on SIGTERM before everything is killed.
-STOP_GRACE_S = 10.0
 #: Extra time ranks get to start (import torch) before the stall backstop applies.
 STARTUP_S = 120.0
 
@@ -41,9 +41,12 @@ class ExternalLauncher:
 
     name = ""
 
-    def __init__(self, on_progress: Callable[[int, int], None] | None = None):
+    def __init__(self, on_progress: Callable[[int, int], None] | None = None,
+                 options: dict[str, Any] | None = None):
         #: Called with (iterations logged so far, iterations expected) while the run trains.
         self.on_progress = on_progress
+        #: The agent that starts processes on other hosts (--rsh-agent; ssh by default).
+        self.rsh_agent: str | None = (options or {}).get("rsh_agent")
         self.check_available()
 
     def check_available(self) -> None:
@@ -56,40 +59,47 @@ class ExternalLauncher:
         """Per-rank exit codes the tool printed when the job failed (ranks it named)."""
         return {}
 
-    def run(self, config: RunConfig, run_dir: Path) -> dict[str, Any]:
-        job: list[subprocess.Popen] = []
+    def start(self, config: RunConfig, run_dir: Path) -> ProcessJob | HostsJob:
+        """The job, started: the tool as one process on this machine."""
         log_path = run_dir / f"{self.name}.log"
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "PYTHONUNBUFFERED": "1",
+               # Each rank exits when bench does, even when bench is killed outright:
+               # torchrun and mpirun run in a session of their own and would outlive
+               # it; once their ranks die, they end the job themselves.
+               LAUNCHER_PID_ENV: str(os.getpid())}
+        with open(log_path, "wb") as log:
+            # Own session: Ctrl-C reaches only `bench`, which then stops the job.
+            return ProcessJob(subprocess.Popen(self.command(config, run_dir), stdout=log,
+                                               stderr=subprocess.STDOUT, env=env,
+                                               start_new_session=True), log_path)
+
+    def run(self, config: RunConfig, run_dir: Path) -> dict[str, Any]:
+        jobs: list[ProcessJob | HostsJob] = []
 
         # Services run beside the job, as under the local launcher (record_run): their
         # lifetime is the run's even when a rank is killed.
         def train(services: dict[str, Any]) -> str | None:
-            with open(log_path, "wb") as log:
-                env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-                       "PYTHONUNBUFFERED": "1",
-                       # Each rank exits when bench does, even when bench is killed outright:
-                       # torchrun and mpirun run in a session of their own and would outlive
-                       # it; once their ranks die, they end the job themselves.
-                       LAUNCHER_PID_ENV: str(os.getpid())}
-                # Own session: Ctrl-C reaches only `bench`, which then stops the job.
-                job.append(subprocess.Popen(self.command(config, run_dir), stdout=log,
-                                            stderr=subprocess.STDOUT, env=env,
-                                            start_new_session=True))
-                try:
-                    code, hang = self._watch(config, run_dir, job[0])
-                finally:
-                    stop_job(job[0])
-            return hang or self._cause(config, run_dir, code, log_path)
+            try:
+                jobs.append(self.start(config, run_dir))
+            except NodeFailed as exc:  # a host's node could not start (and was stopped)
+                return str(exc)
+            try:
+                code, hang = self._watch(config, run_dir, jobs[0])
+            finally:
+                jobs[0].stop()
+            return hang or self._cause(config, run_dir, code, jobs[0])
 
         return record_run(config, run_dir, train,
-                          cleanup=lambda: [stop_job(proc) for proc in job])
+                          cleanup=lambda: [job.stop() for job in jobs])
 
     def _watch(self, config: RunConfig, run_dir: Path,
-               proc: subprocess.Popen) -> tuple[int | None, str | None]:
+               job: ProcessJob | HostsJob) -> tuple[int | None, str | None]:
         """Wait for the job: (its exit code, None), or (None, cause) when it stalled."""
         # The same backstop as the local launcher's: no rank logged anything for this long.
         stall_limit_s = config.host_timeout_s + 15
         progress = Progress(config, run_dir, self.on_progress)
-        while proc.poll() is None:
+        while (code := job.poll()) is None:
             # Until a rank has written anything, each is still importing torch from scratch
             # (no forkserver here): seconds per rank, minutes on a crowded machine.
             limit_s = stall_limit_s + (0 if progress.started else STARTUP_S)
@@ -100,14 +110,18 @@ class ExternalLauncher:
                               f"is furthest behind (last iteration {last[behind]})")
             progress.poll()
             time.sleep(POLL_S)
-        return proc.returncode, None
+        return code, None
 
     def _cause(self, config: RunConfig, run_dir: Path, code: int | None,
-               log_path: Path) -> str | None:
+               job: ProcessJob | HostsJob) -> str | None:
         done = finished_ranks(run_dir, config.world_size)
         if code == 0 and len(done) == config.world_size:
             return None
-        log = log_path.read_text(errors="replace")
+        if isinstance(job, HostsJob):
+            for host in job.failed_hosts():
+                if error := job.node_error(host):  # a node refused to start: its own words
+                    return error
+        log = job.log_text()
         codes: dict[int, int | None] = {r: (0 if r in done else None)
                                         for r in range(config.world_size)}
         # SIGTERM is how the tool stopped the ranks still running after the first failure: to
@@ -118,14 +132,38 @@ class ExternalLauncher:
                 (run_dir / f"error.rank{r}.json").exists() for r in codes):
             # Neither the tool nor a rank said what went wrong: the tool's own last words.
             tail = " | ".join(line.strip() for line in log.splitlines()[-3:] if line.strip())
-            return f"{self.name} exited with code {code} (see {log_path.name}): {tail}"[:500]
+            return f"{self.name} exited with code {code} (see {job.log_name}): {tail}"[:500]
         return failure_cause(run_dir, codes)
+
+
+class ProcessJob:
+    """torchrun or mpirun as one process on this machine, its output in `log_path`."""
+
+    def __init__(self, proc: subprocess.Popen, log_path: Path):
+        self.proc, self.log_path = proc, log_path
+        self.log_name = log_path.name
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def stop(self) -> None:
+        stop_job(self.proc)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
 
 
 class TorchrunLauncher(ExternalLauncher):
     """`torchrun --nnodes 1 --nproc-per-node W --rdzv-backend c10d -m hetbench.harness.worker`."""
 
     name = "torchrun"
+
+    def start(self, config: RunConfig, run_dir: Path) -> ProcessJob | HostsJob:
+        if not config.hosts:
+            return super().start(config, run_dir)
+        job = HostsJob(config, run_dir, self.rsh_agent)  # a node per host (multihost.py)
+        job.start()
+        return job
 
     def command(self, config: RunConfig, run_dir: Path) -> list[str]:
         return [
@@ -165,8 +203,26 @@ class MpiLauncher(ExternalLauncher):
     def command(self, config: RunConfig, run_dir: Path) -> list[str]:
         return [
             mpirun_path(), "-n", str(config.world_size), *mpirun_flags(),
+            *(self.host_flags(config) if config.hosts else []),
             sys.executable, "-m", "hetbench.harness.worker", "--run-dir", str(run_dir),
         ]
+
+    def host_flags(self, config: RunConfig) -> list[str]:
+        """Across hosts: where the ranks go (filled in order, as torchrun's), and how mpirun's
+        daemons start on the other hosts: the rsh agent (PRRTE's plm_ssh_agent), the same
+        interpreter's directory on PATH there (shared filesystem), and the environment the
+        ranks need (-x)."""
+        placed = place(parse_hosts(config.hosts), config.world_size)
+        flags = ["--host", ",".join(f"{h.host}:{h.slots}" for h in placed),
+                 "--prtemca", "plm_ssh_agent", self.rsh_agent or DEFAULT_AGENT,
+                 "--prefix", str(Path(mpirun_path()).parent.parent)]
+        # Not bench's pid: it means nothing on another host. mpirun's daemons there end with
+        # their connection to mpirun, and their ranks with them.
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONUNBUFFERED"):
+            flags += ["-x", name]
+        for name in ("PYTHONPATH", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            flags += ["-x", name] if name in os.environ else []
+        return flags
 
     def exit_codes(self, log: str, world_size: int) -> dict[int, int]:
         codes: dict[int, int] = {}
@@ -204,51 +260,6 @@ def mpirun_flags() -> list[str]:
 def finished_ranks(run_dir: Path, world_size: int) -> set[int]:
     """Ranks that ended cleanly (their done.rank<r>.json)."""
     return {r for r in range(world_size) if (run_dir / f"done.rank{r}.json").exists()}
-
-
-def stop_job(proc: subprocess.Popen) -> None:
-    """Stop torchrun / mpirun and every rank it started, whatever state they are in.
-
-    torchrun puts each rank in a session of its own, so killing the tool's process group is not
-    enough: the ranks are found as the tool's descendants before it is asked to stop.
-    """
-    if proc.poll() is not None:
-        return  # both tools wait for their ranks before they exit
-    tree = _descendants(proc.pid)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)  # the tools stop their ranks on SIGTERM
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=STOP_GRACE_S)
-    _kill([proc.pid, *tree, *_descendants(proc.pid)])
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=5)
-
-
-def _kill(pids: list[int]) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every live process below `pid`, from /proc (Linux)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # The command name (in parentheses) may hold spaces; the ppid follows the last ')'.
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 # -- multi-node: prepare on one machine, launch on each, summarize afterwards ------------------
