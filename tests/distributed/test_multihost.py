@@ -1,0 +1,146 @@
+"""Runs across hosts on the test bed (issue 43): `bench run --hosts` started on host h1 puts the
+ranks on h1, h2 and h3 (network namespaces with their own names and addresses), through torchrun
+(a node per host, started by the bed's rsh agent) and through mpirun (the same agent).
+
+Every case is real: namespaces, bench and its ranks as processes on them, gloo over the bed's
+bridge. The quick matrix's algorithms rotate by day (two a day per launcher: tests.helpers.
+rotation_day), as the other long suites do; the whole matrix is
+benchmarks/multihost_matrix.py's (docs/results/multihost.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hetbench import testbed
+from tests.helpers import final_models, rotation_day
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not Path("/proc/self/ns/net").exists(),
+    reason="the test bed makes network namespaces: needs root and a kernel with them")
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The quick matrix's algorithms (matrices/quick.toml), with its options.
+QUICK = ["allreduce", "ps-sync", "ps-async", "dpsgd", "adpsgd", "hop", "prague-static",
+         "prague-smart"]
+#: Those whose final models are a function of the seed alone (lockstep, no arrival order).
+DETERMINISTIC = {"allreduce", "ps-sync", "dpsgd", "prague-static"}
+MATRIX = """
+name = "hosts"
+workloads = ["mlp-digits"]
+workers = [4]
+iterations = 8
+warmup_iterations = 2
+seeds = [3]
+save_models = true
+eval_interval_s = 600.0
+comm_timeout_s = 30.0
+
+[algorithm.prague-static]
+workers_per_node = 2
+
+[algorithm.prague-smart]
+group_size = 2
+"""
+
+
+def todays(algorithms: list[str], offset: int) -> list[str]:
+    """Two of the quick matrix's algorithms a day, a deterministic one among them."""
+    day = rotation_day() + offset
+    checked = sorted(DETERMINISTIC)
+    others = [a for a in algorithms if a not in DETERMINISTIC]
+    return [checked[day % len(checked)], others[day % len(others)]]
+
+
+@pytest.fixture(scope="module")
+def bed():
+    name = f"m{os.getpid() % 100000}"
+    testbed.down(name)
+    made = testbed.up(name, hosts=3)
+    try:
+        yield made
+    finally:
+        testbed.down(name)
+
+
+def bench_on(bed, host: str, *args: str, env: dict[str, str] | None = None,
+             timeout: float = 400) -> subprocess.CompletedProcess:
+    """`bench ARGS` run on `host` of the bed, from the checkout (the path every host shares)."""
+    extra = [f"{k}={v}" for k, v in (env or {}).items()]
+    return bed.run(host, ["env", *extra, sys.executable, "-m", "hetbench", *args],
+                   capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                   stdin=subprocess.DEVNULL)
+
+
+def agent(bed) -> str:
+    return f"{sys.executable} -m hetbench testbed rsh --name {bed.name}"
+
+
+def run_across(bed, tmp_path: Path, launcher: str, algorithms: list[str],
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    matrix = tmp_path / "hosts.toml"
+    matrix.write_text(MATRIX)
+    return bench_on(bed, "h1", "run", str(matrix), "--algorithms", ",".join(algorithms),
+                    "--launcher", launcher, "--hosts", "h1:2,h2:2,h3:2",
+                    "--rsh-agent", agent(bed), "--out", str(tmp_path / launcher), env=env)
+
+
+def run_dirs(out: Path) -> dict[str, Path]:
+    found = {}
+    for summary in out.glob("*/summary.json"):
+        found[json.loads(summary.read_text())["algorithm"]] = summary.parent
+    return found
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "mpi"])
+def test_todays_algorithms_run_across_three_hosts_and_match_one_machine(bed, tmp_path, bench,
+                                                                         launcher):
+    algorithms = todays(QUICK, 0 if launcher == "torchrun" else 1)
+    done = run_across(bed, tmp_path, launcher, algorithms)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    runs = run_dirs(tmp_path / launcher)
+    assert sorted(runs) == sorted(algorithms)
+    for algorithm, run_dir in runs.items():
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["status"] == "ok", summary["cause"]
+        world = summary["world_size"]
+        # Ranks fill the hosts in order, two to a host: 0-1 on h1, 2-3 on h2, 4 on h3.
+        hosts = {r: json.loads((run_dir / f"done.rank{r}.json").read_text())["clock"]["host"]
+                 for r in range(1, world)}
+        assert hosts == {r: f"h{r // 2 + 1}" for r in range(1, world)}, algorithm
+    # The same matrix on one machine: lockstep protocols end with the same models.
+    matrix = tmp_path / "hosts.toml"
+    checked = [a for a in algorithms if a in DETERMINISTIC]
+    local = bench("run", matrix, "--algorithms", ",".join(checked), "--out", tmp_path / "local")
+    assert local.returncode == 0, local.stderr[-3000:]
+    reference = run_dirs(tmp_path / "local")
+    for algorithm in checked:
+        for mine, theirs in zip(final_models(runs[algorithm], 4),
+                                final_models(reference[algorithm], 4), strict=True):
+            np.testing.assert_array_equal(mine, theirs, err_msg=algorithm)
+
+
+def test_each_host_chooses_the_interface_that_reaches_the_rendezvous_host(bed):
+    probe = ("from hetbench.comm.interfaces import choose_interface as c; env = {}; "
+             "print(c('h1', env), env['GLOO_SOCKET_IFNAME'], env['NCCL_SOCKET_IFNAME'])")
+    seen = bed.run("h2", [sys.executable, "-c", probe], capture_output=True, text=True,
+                   timeout=60, cwd=ROOT)
+    assert seen.stdout.split() == ["10.77.0.2", "eth0", "eth0"], seen.stderr
+
+
+def test_a_loopback_interface_named_by_the_user_fails_the_run_in_one_line(bed, tmp_path):
+    done = run_across(bed, tmp_path, "torchrun", ["allreduce"],
+                      env={"GLOO_SOCKET_IFNAME": "lo"})
+    assert done.returncode == 1, done.stderr[-2000:]
+    (run_dir,) = run_dirs(tmp_path / "torchrun").values()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed"
+    assert "GLOO_SOCKET_IFNAME=lo is loopback" in summary["cause"]
+    assert "\n" not in summary["cause"] and summary["cause"].startswith("h1: ")
