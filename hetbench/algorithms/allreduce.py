@@ -166,6 +166,16 @@ class AllReduce(Algorithm):
         return None
 
     @classmethod
+    def one_host_only(cls, config):
+        if config.impl == "horovod":
+            # Its ranks would need horovodrun's host assignments (local and cross ranks per
+            # host) and its rendezvous on an address every host reaches; hetbench serves one
+            # host's, and no Horovod is built here to prove more.
+            return ("impl = horovod meets through a rendezvous hetbench serves for one host's "
+                    "ranks only; impl = \"ddp\" runs the same ring all-reduce across hosts")
+        return None
+
+    @classmethod
     def validate(cls, config, workers):
         # Checked when the matrix is expanded, before any process starts.
         if config.compression != "none" and config.impl != "ddp":

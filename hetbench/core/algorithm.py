@@ -150,6 +150,12 @@ class Algorithm(ABC):
         a config is refused there rather than measured on the host's own transport."""
         return None
 
+    @classmethod
+    def one_host_only(cls, config: Any) -> str | None:
+        """Why `config` can only run with every rank on one host, or None; a run across hosts
+        (`bench run --hosts`) of such a config is refused in one line saying this."""
+        return None
+
     def setup(self, ctx: WorkerContext, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Called on every rank before training; collective group creation belongs here."""
 

@@ -98,13 +98,15 @@ class RunConfig:
             raise UserError(
                 f"launcher must be one of {', '.join(LAUNCHERS)}, got {self.launcher!r}"
             )
-        if self.hosts:
-            self._check_hosts()
         # Resolve options against the components' Config classes: fills defaults and rejects
         # unknown keys and bad values here, not inside a worker.
         algo_cls = self.algorithm_class()
         algo_cfg = build_config(algo_cls.Config, self.algorithm_options,
                                 f"algorithm {self.algorithm}")
+        if self.hosts:
+            self._check_hosts()
+            if why := algo_cls.one_host_only(algo_cfg):
+                raise UserError(f"algorithm {self.algorithm}: {why}; it cannot run with --hosts")
         algo_cls.validate(algo_cfg, self.workers)
         load_cls = self.workload_class()
         load_cfg = build_config(load_cls.Config, self.workload_options, f"workload {self.workload}")

@@ -83,3 +83,9 @@ def test_an_unknown_host_is_one_line():
     with pytest.raises(UserError, match="cannot resolve host"):
         route_source("no-such-host.invalid")
 
+
+
+def test_horovod_across_hosts_is_refused_saying_why():
+    with pytest.raises(UserError, match=r"impl = horovod .* cannot run with --hosts"):
+        RunConfig(**BASE, algorithm_options={"impl": "horovod"}, hosts="h1:2,h2:2",
+                  launcher="torchrun", bind_host="0.0.0.0")
