@@ -20,6 +20,9 @@ The real half of an algorithm
   "from", "group", "peer", "server", "quorum", "named"; the dict says what each reads from
   the log and how it attributes), or a `WaitRule` of the plugin's own. Undeclared, the
   reports infer one from the fields the steps log.
+- `now_ns()`: the run's clock (nanoseconds), rank 0's on every rank: a time a step logs that
+  another rank's is compared with (an arrival, a skip) must be read from it, not from
+  time.time_ns(), whose hosts' clocks differ across machines.
 - Tensor helpers: params_of, flat_params, set_flat_params, flat_grads, set_flat_grads,
   flat_state, set_flat_state, flat_params_numel, buckets.
 
@@ -57,6 +60,7 @@ The workload half
 - `Workload` (subclass it) and `WorkloadOptions` (its options dataclass's base).
 """
 
+from hetbench.comm.clock import now_ns
 from hetbench.comm.comm import Comm, CommMisuse, ReduceOp
 from hetbench.core.algorithm import Algorithm, NoOptions, StepInfo
 from hetbench.core.context import WorkerContext
@@ -102,6 +106,7 @@ __all__ = [
     "flat_params",
     "flat_params_numel",
     "flat_state",
+    "now_ns",
     "opt",
     "params_of",
     "set_flat_grads",

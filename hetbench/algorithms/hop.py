@@ -47,6 +47,7 @@ import torch
 
 from hetbench.algorithms import topologies
 from hetbench.algorithms.dpsgd import GossipOptions, gossip_graph, mix
+from hetbench.comm.clock import now_ns
 from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.options import opt
 from hetbench.core.tensors import flat_params, set_flat_params
@@ -297,7 +298,7 @@ class Hop(Algorithm):
         fields = {"used": {str(j): it for j, (it, _) in used.items()}}
         if target is not None:
             # Timestamped before the send: from here on neighbours may act on the jump.
-            fields.update(skipped=target - k - 1, skip_to=target, skip_ns=time.time_ns())
+            fields.update(skipped=target - k - 1, skip_to=target, skip_ns=now_ns())
             self._send(SKIP, k + 1, target - 1, target, flat_params(model))
         with self._cond:
             wait_s += self._wait(lambda: self._tokens_ready(following), "tokens", waited_on)

@@ -13,9 +13,15 @@ Trace Collector and Open MPI's mpisync do, rank 0 exchanges timestamps with ever
 
 Of SAMPLES exchanges the one with the smallest round trip is kept: the true offset lies within
 half its round trip of the estimate (whatever the asymmetry of the two legs), so that half is
-the error bound. Measured at the start and the end of training, the two estimates give the
-drift, to be taken as linear between them when the offsets are applied (not yet: they are
-recorded in the done records only).
+the error bound.
+
+What the harness does with them (harness/worker.py): right after joining the world each rank
+estimates its offset and from then on stamps everything with `now_ns()`, its clock plus that
+offset, i.e. rank 0's time. The common start, snapshot moments, waits and every event line are
+then on one clock while the run goes. At the end of training the estimate is made again, on the
+aligned clock: what it finds is the drift since the start (plus its error). Both go into the
+done records; readers that compare ranks' stamps (core.record.read_events) take the drift as
+linear between the two estimates and remove it.
 """
 
 from __future__ import annotations
@@ -24,6 +30,26 @@ import time
 from dataclasses import asdict, dataclass
 
 import torch
+
+#: What this process adds to time.time_ns() to read rank 0's clock (align_to).
+_offset_ns = 0
+
+
+def now_ns() -> int:
+    """This rank's clock, aligned to rank 0's once align_to() has run (one rank a process)."""
+    return time.time_ns() + _offset_ns
+
+
+def align_to(estimate: ClockEstimate | None) -> None:
+    """From now on now_ns() reads rank 0's clock, as far as `estimate` knows it (None: this
+    is rank 0, or nothing to align)."""
+    global _offset_ns
+    _offset_ns = 0 if estimate is None else estimate.offset_ns
+
+
+def applied_offset_ns() -> int:
+    return _offset_ns
+
 
 #: Point-to-point tag of the exchanges on the world group (the harness's; 71 and 72 are too).
 CLOCK_TAG = 73

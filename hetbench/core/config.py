@@ -138,7 +138,7 @@ class RunConfig:
         """Hosts only where a launcher starts ranks on them, every rank placed, and a rendezvous
         other hosts can reach; `hosts` kept in one spelling (a hostfile's contents, not its
         path: the run id must not change with where the file is)."""
-        from hetbench.harness.launch.hosts import parse_hosts, place
+        from hetbench.core.hosts import parse_hosts, place
 
         if self.launcher not in ("torchrun", "mpi"):
             raise UserError(f"--hosts starts ranks on other hosts through torchrun or mpirun; "

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hetbench.comm.clock import now_ns
 from hetbench.core.config import SCHEMA_VERSION, RunConfig
 from hetbench.core.metrics import sync_health, throughput, time_breakdown
 from hetbench.core.store import SERVICE_CPU_FILE, read_json, read_jsonl, write_json_atomic
@@ -108,7 +109,7 @@ def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
     """Throughput, iterations and time breakdown of a finished run, from its files only."""
     events_by_rank, torn = {}, 0
     for rank in range(config.workers):
-        events, bad = read_jsonl(run_dir / f"events.rank{rank}.jsonl")
+        events, bad = read_events(run_dir, rank)
         events_by_rank[rank] = events
         torn += bad
     evals, bad = read_jsonl(run_dir / "eval.jsonl")
@@ -151,7 +152,68 @@ def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
         **network_fidelity(config, done),
         **transport(done),
         **traffic_per_iteration(done, events_by_rank),
+        **clock_alignment(done),
     }
+
+
+#: The absolute times (ns, the run's clock) an event line may hold.
+EVENT_TIMES = ("t_start", "t_end", "skip_ns")
+
+
+def read_events(run_dir: Path, rank: int) -> tuple[list[dict[str, Any]], int]:
+    """A rank's event lines (and how many were torn), on rank 0's clock: the rank stamped
+    them on its clock aligned at the start (comm/clock.py); what its clock drifted from rank
+    0's by the end is removed here, taken as linear between the two estimates. Every reader
+    that compares one rank's times with another's reads them through this."""
+    events, bad = read_jsonl(run_dir / f"events.rank{rank}.jsonl")
+    correct = drift_correction(run_dir, rank)
+    if correct is not None:
+        for event in events:
+            for key in EVENT_TIMES:
+                if key in event:
+                    event[key] = correct(event[key])
+    return events, bad
+
+
+def drift_correction(run_dir: Path, rank: int):
+    """t -> t less the drift of `rank`'s aligned clock from rank 0's by t (linear from 0 at
+    the start estimate to the end estimate's), or None when there is none to remove: rank 0,
+    ranks on rank 0's host (one clock), a run of an older hetbench or without an end estimate
+    (it failed)."""
+    try:
+        clock = read_json(run_dir / f"done.rank{rank}.json").get("clock")
+    except (OSError, ValueError):
+        return None
+    if not clock or not clock.get("aligned") or "end" not in clock:
+        return None
+    start, end = clock["start"], clock["end"]
+    t_start = start["at_ns"] + start["offset_ns"]  # when the start estimate was made, aligned
+    t_end, drift_ns = end["at_ns"], end["offset_ns"]
+    if t_end <= t_start or drift_ns == 0:
+        return None
+    return lambda t: t + round(drift_ns * (t - t_start) / (t_end - t_start))
+
+
+def clock_alignment(done: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """How far the ranks' clocks were from rank 0's and how well that is known, over every
+    rank whose clock was aligned (on another host than rank 0's): `clock_hosts` (hosts the
+    ranks ran on), `clock_offset_ms` (the largest offset applied), `clock_error_ms` (the
+    largest error bound of an estimate, start or end: how far apart two ranks' stamps may
+    still be) and `clock_drift_ms` (the largest drift removed by the end). Nothing for a run
+    on one host, or of an older hetbench."""
+    clocks = [r["clock"] for r in done if r and r.get("clock")]
+    if not clocks:
+        return {}
+    found: dict[str, Any] = {"clock_hosts": len({c["host"] for c in clocks})}
+    aligned = [c for c in clocks if c.get("aligned")]
+    if aligned:
+        estimates = [c[when] for c in aligned for when in ("start", "end") if when in c]
+        found.update(
+            clock_offset_ms=max(abs(c["start"]["offset_ns"]) for c in aligned) / 1e6,
+            clock_error_ms=max(e["error_ns"] for e in estimates) / 1e6,
+            clock_drift_ms=max((abs(c["end"]["offset_ns"]) for c in aligned if "end" in c),
+                               default=0) / 1e6)
+    return found
 
 
 def traffic_per_iteration(done: list[dict[str, Any] | None],
@@ -317,7 +379,7 @@ def write_done(run_dir: Path, rank: int, record: dict[str, Any]) -> None:
     """done.rank<r>.json: the rank ended cleanly (`bench summarize` and the launchers tell a
     finished rank from one that died without a word), with what its finish() did."""
     write_json_atomic(run_dir / f"done.rank{rank}.json",
-                      {"rank": rank, "time_ns": time.time_ns(), **record})
+                      {"rank": rank, "time_ns": now_ns(), **record})
 
 
 def write_error(run_dir: Path, rank: int, record: dict[str, Any]) -> None:

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 
 import torch
 
+from hetbench.comm.clock import now_ns
+
 #: Seconds between the anchors that place CUDA events on the host clock (CudaClock).
 ANCHOR_S = 1.0
 
@@ -85,7 +87,7 @@ class CudaClock:
                       or host_ns - self._anchor_ns > ANCHOR_S * 1e9):
             torch.cuda.current_stream(self.device).synchronize()
             self._anchor_event = self._event()
-            self._anchor_ns = time.time_ns()
+            self._anchor_ns = now_ns()
         return self._event()
 
     def _event(self):
@@ -120,7 +122,7 @@ class ComputeEnd:
 
     def begin(self, iteration: int, elapsed_s: float) -> None:
         self._iteration, self._elapsed_s = iteration, elapsed_s
-        host_ns = time.time_ns()
+        host_ns = now_ns()
         event = None if self.clock is None else self.clock.mark(host_ns, renew=True)
         self._marks = _Marks(host_ns, event)
         self._anchor = None if self.clock is None else self.clock.anchor
@@ -134,8 +136,8 @@ class ComputeEnd:
         marks = self._marks
         factor = self._injector.factor(self._rank, self._iteration, self._elapsed_s)
         if self.clock is not None:
-            marks.compute_event = self.clock.mark(time.time_ns())
-            marks.host_compute_ns = time.time_ns()
+            marks.compute_event = self.clock.mark(now_ns())
+            marks.host_compute_ns = now_ns()
             if self._pace_s <= 0 and factor == 1.0:
                 return  # nothing needs the compute time now: read it when the event has happened
             marks.compute_event.synchronize()  # this iteration's compute, not the device
@@ -144,7 +146,7 @@ class ComputeEnd:
                                    self.clock.host_ns(marks.start_event, self._anchor))
         else:
             marks.t_start_ns = marks.host_start_ns
-        compute_s = (time.time_ns() - marks.t_start_ns) / 1e9
+        compute_s = (now_ns() - marks.t_start_ns) / 1e9
         if compute_s < self._pace_s:
             time.sleep(self._pace_s - compute_s)
             compute_s = self._pace_s
@@ -154,12 +156,12 @@ class ComputeEnd:
             time.sleep(slowdown_s)
         marks.compute_s, marks.slowdown_s = compute_s, slowdown_s
         #: When communication may start; the slowdown is what lies between compute and this.
-        marks.host_sync_ns = time.time_ns()
+        marks.host_sync_ns = now_ns()
 
     def step_done(self) -> PendingTimes:
         """The step returned: this iteration's times, to resolve once the device is there."""
         marks, self._marks = self._marks, None
-        marks.host_end_ns = time.time_ns()
+        marks.host_end_ns = now_ns()
         if self.clock is not None:
             marks.end_event = self.clock.mark(marks.host_end_ns)
         return PendingTimes(marks, self.clock, self._anchor)

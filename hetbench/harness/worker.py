@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from hetbench.comm import rendezvous
-from hetbench.comm.clock import estimate_offsets
+from hetbench.comm.clock import align_to, estimate_offsets, now_ns
 from hetbench.comm.comm import Comm, ReduceOp, Traffic
 from hetbench.comm.rendezvous import Rendezvous
 from hetbench.core.algorithm import Algorithm
@@ -75,8 +75,9 @@ class RankProgress:
     transport: dict[str, Any] | None = None
     #: What its Comm operations moved while training (comm.Traffic).
     traffic: dict[str, int] | None = None
-    #: Its clock against rank 0's, estimated at the start and the end of training
-    #: (comm/clock.py; rank 0 has none).
+    #: Its host, and its clock against rank 0's, estimated at the start (applied when
+    #: `aligned`: on another host than rank 0's) and the end of training (comm/clock.py;
+    #: rank 0 has no estimates).
     clock: dict[str, Any] | None = None
 
     def done_record(self) -> dict[str, Any]:
@@ -109,6 +110,15 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous, services: dic
     try:
         workers = list(range(config.workers))
         comm.group(workers)  # collective over the world: every rank creates it, now
+        # Each rank's clock against rank 0's, before anything is stamped (set-up's references
+        # included): from here on this rank stamps rank 0's time (comm/clock.py).
+        estimate = estimate_offsets(comm, list(range(world_size)))
+        host = socket.gethostname()
+        # On rank 0's host there is one clock: an estimate's error would only add noise.
+        aligned = _rank0_host(comm, rank, host) != host and estimate is not None
+        align_to(estimate if aligned else None)
+        progress.clock = {"host": host, "aligned": aligned,
+                          **({"start": estimate.to_dict()} if estimate else {})}
         workload: Workload = config.workload_class()(config.workload_config(), config.seed)
         torch.manual_seed(config.seed)  # same initial model on every rank
         model = workload.build_model().to(device)
@@ -136,10 +146,6 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous, services: dic
             if rank == 0:
                 Emulator.prepare(run_dir, world_size)
         note(rank, "set up; waiting for the common start")
-        # Each rank's clock against rank 0's (recorded; on one host there is one clock).
-        estimate = estimate_offsets(comm, list(range(world_size)))
-        if estimate is not None:
-            progress.clock = {"host": socket.gethostname(), "start": estimate.to_dict()}
         # Nobody's clock runs during the others' set-up, and every rank's runs from the same t0.
         t0_ns = common_start_ns(comm)
         comm.end_setup()
@@ -177,9 +183,10 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous, services: dic
         # is longer than any timeout. The evaluation's collectives must not time out.
         progress.phase = "waiting for the other workers to finish"
         comm.wait_for_arrivals("worker-finished", config.workers)
-        end_s = (time.time_ns() - t0_ns) / 1e9 / config.dilation
-        estimate = estimate_offsets(comm, workers)  # again at the end: the drift
-        if estimate is not None and progress.clock is not None:
+        end_s = (now_ns() - t0_ns) / 1e9 / config.dilation
+        # Again at the end, on the aligned clock: what is left is the drift since the start.
+        estimate = estimate_offsets(comm, workers, clock=now_ns)
+        if estimate is not None:
             progress.clock["end"] = estimate.to_dict()
         progress.phase = "evaluation"
         note(rank, f"trained {iterations_done} iterations; evaluating")
@@ -190,12 +197,20 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous, services: dic
     except BaseException:
         # Stamp the failure before closing the group: closing resets peers' connections, and
         # their reports must not look earlier than the cause.
-        progress.failed_at_ns = time.time_ns()
+        progress.failed_at_ns = now_ns()
         raise
     finally:
         if comm.network is not None:
             comm.network.close()
         comm.close()
+
+
+def _rank0_host(comm: Comm, rank: int, host: str) -> str:
+    """The hostname of rank 0 (every rank calls it)."""
+    if rank == 0:
+        comm.store.set("hetbench/rank0-host", host)
+        return host
+    return comm.store.get("hetbench/rank0-host").decode()
 
 
 def _check_one_host(comm: Comm, rank: int) -> None:
@@ -228,7 +243,7 @@ def common_start_ns(comm: Comm) -> int:
     host woke them one by one), so an "averaged model at 1 s" mixed models of different real
     moments: several iterations, and for ps-async dozens of server updates, apart.
     (float64 holds nanoseconds since the epoch to 256 ns.)"""
-    arrived = torch.tensor([float(time.time_ns())], dtype=torch.float64, device=comm.device)
+    arrived = torch.tensor([float(now_ns())], dtype=torch.float64, device=comm.device)
     return int(comm.all_reduce_(arrived, ReduceOp.MAX).item())
 
 
@@ -261,7 +276,7 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
     kept_s = 0.0  # seconds History.add took after the previous step
     try:
         while True:
-            elapsed_s = (time.time_ns() - t0_ns) / 1e9 / dilation
+            elapsed_s = (now_ns() - t0_ns) / 1e9 / dilation
             stop = (config.iterations is not None and iteration >= config.iterations) or (
                 config.seconds is not None and elapsed_s >= config.seconds)
             if agree_on_stop:
@@ -361,7 +376,7 @@ def main(argv: list[str] | None = None) -> None:
                 "exception": type(exc).__name__, "message": str(exc).strip()[:2000],
                 "phase": progress.phase, "iteration": progress.iteration,
                 "traceback": traceback.format_exc(),
-                "time_ns": progress.failed_at_ns or time.time_ns(),
+                "time_ns": progress.failed_at_ns or now_ns(),
             })
         traceback.print_exc()
         sys.stdout.flush()

@@ -16,7 +16,7 @@ import pandas as pd
 
 from hetbench.core.config import SCHEMA_VERSION
 from hetbench.core.lock import describe_holder, writer_of
-from hetbench.core.record import run_dirs
+from hetbench.core.record import read_events, run_dirs
 from hetbench.core.store import read_json, read_jsonl
 from hetbench.core.variants import variant_names, with_network
 from hetbench.errors import UserError
@@ -205,7 +205,7 @@ def load_events(run_dir: str | Path) -> pd.DataFrame:
     paths = sorted(run_dir.glob("events.rank*.jsonl"),
                    key=lambda p: int(p.name.removeprefix("events.rank").split(".")[0]))
     for path in paths:
-        records, _ = read_jsonl(path)
+        records, _ = read_events(run_dir, int(path.name.removeprefix("events.rank").split(".")[0]))
         if records:
             frames.append(pd.DataFrame(records))
     if not frames:

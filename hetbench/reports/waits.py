@@ -48,7 +48,8 @@ from typing import Any
 
 import pandas as pd
 
-from hetbench.core.store import read_json, read_jsonl
+from hetbench.core.record import read_events
+from hetbench.core.store import read_json
 from hetbench.core.waits import WAIT_RULES, WaitRule, declared_wait_rule
 from hetbench.reports.wait_rules import (
     EPS,
@@ -197,7 +198,7 @@ def load_rank_events(run_dir: Path) -> dict[int, list[dict]]:
     events = {}
     for path in Path(run_dir).glob("events.rank*.jsonl"):
         rank = int(path.name.removeprefix("events.rank").split(".")[0])
-        records, _ = read_jsonl(path)
+        records, _ = read_events(Path(run_dir), rank)  # on rank 0's clock
         events[rank] = sorted(records, key=lambda e: e["iteration"])
     return dict(sorted(events.items()))
 

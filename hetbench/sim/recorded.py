@@ -37,7 +37,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from hetbench.core.config import RunConfig
-from hetbench.core.store import read_json, read_jsonl
+from hetbench.core.record import read_events
+from hetbench.core.store import read_json
 from hetbench.errors import UserError
 from hetbench.sim.engine import SimResult, simulate, simulated_protocol
 from hetbench.sim.model import SimModels
@@ -54,7 +55,7 @@ def recorded_order(real_run_dir: Path, config: RunConfig):
         raise UserError(f"{config.algorithm}: a real run's event log does not determine its "
                         "order of events (sim/recorded.py says why), so it cannot be "
                         "followed")
-    logs = {w: read_jsonl(Path(real_run_dir) / f"events.rank{w}.jsonl")[0]
+    logs = {w: read_events(Path(real_run_dir), w)[0]  # on rank 0's clock
             for w in range(config.workers)}
     done = {w: read_json(Path(real_run_dir) / f"done.rank{w}.json")
             for w in range(config.workers)}

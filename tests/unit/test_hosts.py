@@ -7,8 +7,8 @@ import pytest
 
 from hetbench.comm.interfaces import choose_interface, interface_address, route_source
 from hetbench.core.config import RunConfig
+from hetbench.core.hosts import HostSlots, parse_hosts, place
 from hetbench.errors import UserError
-from hetbench.harness.launch.hosts import HostSlots, parse_hosts, place
 
 BASE = {"algorithm": "allreduce", "workload": "mlp-digits", "workers": 4}
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from hetbench.comm.clock import now_ns
 from hetbench.comm.comm import ReduceOp
 from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.options import opt
@@ -51,7 +52,7 @@ class PragueBase(Algorithm):
         self._iterations = self._buf[numel + extra // 2:]
         self._steps = 0  # this worker's P-Reduces so far: its iteration, then finish()'s drain
         self._staleness: float | None = None
-        ref = torch.tensor([time.time()], dtype=torch.float64, device=ctx.device)
+        ref = torch.tensor([now_ns() / 1e9], dtype=torch.float64, device=ctx.device)
         ctx.comm.all_reduce_(ref, ReduceOp.MIN, ctx.worker_ranks)  # every rank runs setup
         self._t_ref = ref.item()
 
@@ -71,7 +72,7 @@ class PragueBase(Algorithm):
         if self._stamped:
             self._stamps.zero_()
             self._iterations.zero_()
-            arrived = time.time() - self._t_ref
+            arrived = now_ns() / 1e9 - self._t_ref
             self._stamps[ctx.rank] = arrived
             self._iterations[ctx.rank] = step
         ctx.comm.p_reduce_(self._buf, members)  # the mean: slots come back divided by |G|

@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from hetbench.core.config import RunConfig
+from hetbench.core.hosts import parse_hosts, place
 from hetbench.core.record import last_iteration, write_summary
 from hetbench.core.signals import LAUNCHER_PID_ENV
 from hetbench.core.store import read_json, write_json_atomic
 from hetbench.errors import UserError
 from hetbench.harness.launch.base import POLL_S, Progress, record_run
 from hetbench.harness.launch.failures import failure_cause
-from hetbench.harness.launch.hosts import parse_hosts, place
 from hetbench.harness.launch.multihost import DEFAULT_AGENT, HostsJob, NodeFailed
 from hetbench.harness.launch.processes import stop_job
 

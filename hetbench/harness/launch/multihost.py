@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from hetbench.core.config import RunConfig
-from hetbench.harness.launch.hosts import HostSlots, is_this_host, parse_hosts, place
+from hetbench.core.hosts import HostSlots, is_this_host, parse_hosts, place
 from hetbench.harness.launch.processes import STOP_GRACE_S, stop_job
 
 DEFAULT_AGENT = "ssh -o BatchMode=yes"

@@ -6,7 +6,8 @@ lists hosts and how many ranks each takes. A run's ranks fill the hosts in order
 rendezvous on the first host, a world of 5 on h1:2,h2:2,h3:2 as 2, 2 and 1. Hosts a run does not
 need are left out of it.
 
-Which interface each host's ranks use is comm/interfaces.py's.
+Which interface each host's ranks use is comm/interfaces.py's; harness/launch/multihost.py
+starts them.
 """
 
 from __future__ import annotations
