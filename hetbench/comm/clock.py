@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
@@ -49,6 +50,15 @@ def align_to(estimate: ClockEstimate | None) -> None:
 
 def applied_offset_ns() -> int:
     return _offset_ns
+
+
+def machine_id() -> str | None:
+    """This kernel's boot id: hosts with the same one are one machine (the test bed's
+    namespaces share its cores and, unless libfaketime shifts it, its clock)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
 
 
 #: Point-to-point tag of the exchanges on the world group (the harness's; 71 and 72 are too).

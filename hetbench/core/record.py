@@ -197,7 +197,8 @@ def drift_correction(run_dir: Path, rank: int):
 def clock_alignment(done: list[dict[str, Any] | None]) -> dict[str, Any]:
     """How far the ranks' clocks were from rank 0's and how well that is known, over every
     rank whose clock was aligned (on another host than rank 0's): `clock_hosts` (hosts the
-    ranks ran on), `clock_offset_ms` (the largest offset applied), `clock_error_ms` (the
+    ranks ran on), `machines` (kernels they ran on: a test bed's hosts are one machine's),
+    `clock_offset_ms` (the largest offset applied), `clock_error_ms` (the
     largest error bound of an estimate, start or end: how far apart two ranks' stamps may
     still be) and `clock_drift_ms` (the largest drift removed by the end). Nothing for a run
     on one host, or of an older hetbench."""
@@ -205,6 +206,9 @@ def clock_alignment(done: list[dict[str, Any] | None]) -> dict[str, Any]:
     if not clocks:
         return {}
     found: dict[str, Any] = {"clock_hosts": len({c["host"] for c in clocks})}
+    machines = {c.get("machine") for c in clocks}
+    if None not in machines:  # hosts of one test bed share one machine (its cores)
+        found["machines"] = len(machines)
     aligned = [c for c in clocks if c.get("aligned")]
     if aligned:
         estimates = [c[when] for c in aligned for when in ("start", "end") if when in c]

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from hetbench.comm import rendezvous
-from hetbench.comm.clock import align_to, estimate_offsets, now_ns
+from hetbench.comm.clock import align_to, estimate_offsets, machine_id, now_ns
 from hetbench.comm.comm import Comm, ReduceOp, Traffic
 from hetbench.comm.rendezvous import Rendezvous
 from hetbench.core.algorithm import Algorithm
@@ -117,7 +117,7 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous, services: dic
         # On rank 0's host there is one clock: an estimate's error would only add noise.
         aligned = _rank0_host(comm, rank, host) != host and estimate is not None
         align_to(estimate if aligned else None)
-        progress.clock = {"host": host, "aligned": aligned,
+        progress.clock = {"host": host, "machine": machine_id(), "aligned": aligned,
                           **({"start": estimate.to_dict()} if estimate else {})}
         workload: Workload = config.workload_class()(config.workload_config(), config.seed)
         torch.manual_seed(config.seed)  # same initial model on every rank

@@ -23,7 +23,7 @@ from hetbench.errors import UserError
 
 CONFIG_COLUMNS = ("algorithm", "workload", "workers", "slowdown", "seed", "iterations",
                   "seconds", "pace_ms", "warmup_iterations", "eval_interval_s", "matrix",
-                  "algorithm_options", "workload_options")
+                  "algorithm_options", "workload_options", "hosts")
 
 
 def upgrade(record: dict[str, Any]) -> dict[str, Any]:

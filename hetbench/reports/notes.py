@@ -37,8 +37,7 @@ def host_notes(runs: pd.DataFrame) -> list[str]:
     emulated = runs.get("network", pd.Series(None, index=runs.index)).apply(
         lambda n: isinstance(n, dict))
     real = runs[~simulated.astype(bool) & ~emulated.astype(bool)]
-    local = real[real.get("launcher", pd.Series("local", index=real.index)).fillna("local")
-                 == "local"]
+    local = real[[_one_host(run) for _, run in real.iterrows()]]
     if local.empty:
         return []
     hosts: dict[tuple[str, int], int] = {}
@@ -51,11 +50,17 @@ def host_notes(runs: pd.DataFrame) -> list[str]:
     shares = "; ".join(f"up to {world} ranks on the {cores} cores of {host}" if cores
                        else f"up to {world} ranks on {host}"
                        for (host, cores), world in sorted(hosts.items()))
+    hosts_column = pd.to_numeric(local.get("clock_hosts", pd.Series(dtype=float)),
+                                 errors="coerce")
+    bed = int((hosts_column > 1).sum())
+    across = (f" {bed} of them spread over test-bed hosts, network namespaces of this machine "
+              "joined by veth pairs: they share its cores, and their links are what the bed "
+              "shaped, not a cluster's." if bed else "")
     return [f"Measured on one host, without a network model ({len(local)} real run(s): "
             f"{shares}): communication here is this host's loopback and its processes' share "
             "of its cores, not a cluster's links, and algorithms can rank differently on a "
-            "cluster. For a cluster's costs, run the matrix with `--network PRESET` (prague, "
-            "hop, ethernet-10g; docs/network.md) and emulated compute, or `bench sim`."]
+            f"cluster.{across} For a cluster's costs, run the matrix with `--network PRESET` "
+            "(prague, hop, ethernet-10g; docs/network.md) and emulated compute, or `bench sim`."]
 
 
 def shared_gpu_note(runs: list[dict]) -> str | None:
@@ -114,6 +119,42 @@ def gpu_row(run, run_dir) -> dict:
     return {"devices": run.get("devices"), "backend": run.get("backend"),
             "staged_p2p_mb_per_s": run.get("staged_p2p_mb_per_s"),
             "hostname": env.get("hostname"), "gpu": env.get("gpu")}
+
+
+def _one_host(run) -> bool:
+    """Whether a real run's ranks all ran on one machine: what its ranks' done records say
+    (the kernels, or the hostnames, they ran on), else what its launcher does (torchrun and
+    mpirun without --hosts, like the local launcher, start every rank here; SLURM places
+    them)."""
+    for known in ("machines", "clock_hosts"):  # a test bed's hosts are one machine
+        hosts = run.get(known)
+        if isinstance(hosts, int | float) and hosts == hosts:
+            return hosts <= 1
+    launcher = run.get("launcher")
+    return (launcher if isinstance(launcher, str) else "local") != "slurm" and not run.get(
+        "hosts")
+
+
+def clock_notes(runs: pd.DataFrame) -> list[str]:
+    """Runs whose ranks ran on several hosts: their clocks were aligned to rank 0's, how far
+    apart they were, and how well that is known (comm/clock.py): the bound on how far any
+    cross-rank time (a wait, a timeline, time to target) may still be off."""
+    if runs.empty or "clock_hosts" not in runs:
+        return []
+    spread = runs[pd.to_numeric(runs["clock_hosts"], errors="coerce").fillna(1) > 1]
+    if spread.empty:
+        return []
+
+    def most(column: str) -> float:
+        values = pd.to_numeric(spread.get(column), errors="coerce").dropna()
+        return float(values.max()) if len(values) else float("nan")
+
+    return [f"Across hosts ({len(spread)} run(s), up to {int(most('clock_hosts'))} hosts): each "
+            f"rank's clock was aligned to rank 0's, offsets up to {most('clock_offset_ms'):.3g} "
+            f"ms, each known within {most('clock_error_ms'):.3g} ms, a drift of up to "
+            f"{most('clock_drift_ms'):.3g} ms removed by the end (comm/clock.py): times "
+            "compared across ranks (waits, timelines, time to target) may be off by the error "
+            "bound, not by the offset."]
 
 
 def gpu_notes(runs: pd.DataFrame) -> list[str]:

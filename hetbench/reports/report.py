@@ -13,6 +13,7 @@ from hetbench.errors import UserError
 from hetbench.reports.html import Page
 from hetbench.reports.load import Scan, load_evals, load_runs, scan_runs
 from hetbench.reports.notes import (
+    clock_notes,
     gpu_notes,
     host_notes,
     metadata,
@@ -143,7 +144,7 @@ class Report:
     def notes(self) -> list[str]:
         """What a reader must know before trusting a number: pacing, synthetic, emulated."""
         runs = self.runs
-        notes = host_notes(runs) + gpu_notes(runs)
+        notes = host_notes(runs) + clock_notes(runs) + gpu_notes(runs)
         if "synthetic" in runs and runs["synthetic"].fillna(False).astype(bool).any():
             names = sorted(runs[runs["synthetic"].fillna(False).astype(bool)]["workload"].unique())
             notes.append(f"Synthetic data (not the real data set) in: {', '.join(names)}.")
