@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -389,6 +390,27 @@ def write_done(run_dir: Path, rank: int, record: dict[str, Any]) -> None:
 def write_error(run_dir: Path, rank: int, record: dict[str, Any]) -> None:
     """error.rank<r>.json: why the rank failed (launch.failures reads it)."""
     write_json_atomic(run_dir / f"error.rank{rank}.json", {"rank": rank, **record})
+
+
+def started_line(pid: int, host: str, launcher: str) -> str:
+    """The first line a rank writes to worker.rank<r>.log (rank_hosts reads it back)."""
+    return f"started (pid {pid}) on host {host} by launcher {launcher}"
+
+
+def rank_hosts(run_dir: Path, world_size: int) -> dict[int, str]:
+    """The host each rank ran on, from the first line of its worker log (ranks that never
+    started are missing): how a failed run's cause names a lost host's ranks."""
+    found = {}
+    for rank in range(world_size):
+        try:
+            with open(run_dir / f"worker.rank{rank}.log", errors="replace") as log:
+                head = log.read(4096)
+        except OSError:
+            continue
+        match = re.search(r"started \(pid \d+\) on host (\S+) by launcher", head)
+        if match:
+            found[rank] = match.group(1)
+    return found
 
 
 def last_iteration(run_dir: Path, rank: int) -> int | None:

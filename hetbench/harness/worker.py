@@ -36,7 +36,7 @@ from hetbench.core.algorithm import Algorithm
 from hetbench.core.config import RunConfig
 from hetbench.core.context import WorkerContext
 from hetbench.core.faults import parse_fault
-from hetbench.core.record import write_done, write_error
+from hetbench.core.record import started_line, write_done, write_error
 from hetbench.core.signals import LAUNCHER_PID_ENV, exit_with
 from hetbench.core.store import EventLog, environment, read_json, write_json_atomic
 from hetbench.core.tensors import (
@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
             log_to_run_dir(args.run_dir, rank)
             if os.environ.get(LAUNCHER_PID_ENV):  # started by `bench run`, not by hand
                 exit_with(int(os.environ[LAUNCHER_PID_ENV]))
-        note(rank, f"started (pid {os.getpid()}) by launcher {config.launcher}")
+        note(rank, started_line(os.getpid(), socket.gethostname(), config.launcher))
         progress.phase = "rendezvous"
         rdzv = _join(config, args)
         rank = rdzv.rank

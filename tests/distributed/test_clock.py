@@ -6,6 +6,7 @@ import json
 import socket
 import time
 
+from hetbench.comm.clock import machine_id
 from hetbench.core.record import clock_alignment, read_events
 from tests.helpers import on_ranks, run_config
 
@@ -37,7 +38,7 @@ def test_a_runs_done_records_hold_each_ranks_clock_at_start_and_end(tmp_path):
     run_dir = tmp_path
     host = socket.gethostname()
     assert json.loads((run_dir / "done.rank0.json").read_text())["clock"] == {
-        "host": host, "aligned": False}
+        "host": host, "aligned": False, "machine": machine_id()}
     for rank in (1, 2):
         clock = json.loads((run_dir / f"done.rank{rank}.json").read_text())["clock"]
         # One host, one clock: the true offset is 0, and none is applied.

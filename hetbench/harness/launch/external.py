@@ -23,7 +23,7 @@ from typing import Any
 
 from hetbench.core.config import RunConfig
 from hetbench.core.hosts import parse_hosts, place
-from hetbench.core.record import last_iteration, write_summary
+from hetbench.core.record import last_iteration, rank_hosts, write_summary
 from hetbench.core.signals import LAUNCHER_PID_ENV
 from hetbench.core.store import read_json, write_json_atomic
 from hetbench.errors import UserError
@@ -121,6 +121,8 @@ class ExternalLauncher:
             for host in job.failed_hosts():
                 if error := job.node_error(host):  # a node refused to start: its own words
                     return error
+            if cause := job.host_cause(rank_hosts(run_dir, config.world_size)):
+                return cause
         log = job.log_text()
         codes: dict[int, int | None] = {r: (0 if r in done else None)
                                         for r in range(config.world_size)}

@@ -19,8 +19,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -33,6 +36,14 @@ DEFAULT_AGENT = "ssh -o BatchMode=yes"
 PORT_TIMEOUT_S = 60.0
 #: The first line the rendezvous host's node prints (node.py).
 PORT_LINE = "hetbench-node port "
+#: Where each node answers bench's probes.
+PROBE_LINE = "hetbench-node probe "
+#: How often bench probes each host, how long one probe may take, and how long a host may stay
+#: unreachable before the run fails with it lost: a run with a host lost fails within this (plus
+#: the probe period and stopping the job), well within comm_timeout_s.
+PROBE_S = 1.0
+PROBE_TIMEOUT_S = 2.0
+LOST_AFTER_S = 5.0
 #: Environment passed on to every host's node (ssh passes none of bench's own).
 FORWARDED = ("PYTHONPATH", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TORCH_CPP_LOG_LEVEL",
              "NCCL_DEBUG")
@@ -52,6 +63,11 @@ class HostsJob:
         self.procs: dict[str, subprocess.Popen] = {}
         self.logs: dict[str, Path] = {}
         self.log_name = "torchrun.<host>.log"
+        #: Hosts found lost (host -> why), by the prober thread.
+        self.lost: dict[str, str] = {}
+        #: The first node seen to end badly, and its exit code (poll).
+        self.first_failed: tuple[str, int] | None = None
+        self._stopping = threading.Event()
 
     def log_path(self, host: str) -> Path:
         return self.run_dir / f"torchrun.{host}.log"
@@ -95,14 +111,45 @@ class HostsJob:
             raise
         for host in self.placed[1:]:
             self._start(host, port)
+        threading.Thread(target=self._probe_hosts, daemon=True).start()
+
+    def _probe_hosts(self) -> None:
+        """Once a second, connect to every node's probe port; a host none answers for
+        LOST_AFTER_S is lost: unreachable (its link is down, or the machine is gone), or
+        refusing (its node is gone while the host is up)."""
+        ports: dict[str, int] = {}
+        failing_since: dict[str, float] = {}
+        while not self._stopping.wait(PROBE_S):
+            for host in self.procs:
+                if host not in ports:
+                    if (port := self._printed(host, PROBE_LINE)) is None:
+                        continue
+                    ports[host] = port
+                try:
+                    with socket.create_connection((host, ports[host]), PROBE_TIMEOUT_S):
+                        failing_since.pop(host, None)
+                        continue
+                except ConnectionRefusedError:
+                    why = "refuses connections (its node is gone)"
+                except OSError as exc:
+                    why = f"is unreachable ({exc.strerror or type(exc).__name__})"
+                since = failing_since.setdefault(host, time.monotonic())
+                if time.monotonic() - since >= LOST_AFTER_S and host not in self.lost:
+                    self.lost[host] = f"{why} for {LOST_AFTER_S:.0f} s"
+
+    def _printed(self, host: str, prefix: str) -> int | None:
+        """The number a node printed after `prefix`, once it has."""
+        with contextlib.suppress(OSError):
+            for line in self.log_path(host).read_text(errors="replace").splitlines():
+                if line.startswith(prefix):
+                    return int(line[len(prefix):])
+        return None
 
     def _read_port(self, host: str, proc: subprocess.Popen) -> int:
         deadline = time.monotonic() + PORT_TIMEOUT_S
         while time.monotonic() < deadline:
-            text = self.log_path(host).read_text(errors="replace")
-            for line in text.splitlines():
-                if line.startswith(PORT_LINE):
-                    return int(line[len(PORT_LINE):])
+            if (port := self._printed(host, PORT_LINE)) is not None:
+                return port
             if proc.poll() is not None:
                 raise NodeFailed(self.node_error(host) or
                                  f"{host}: its node exited with code {proc.returncode} before "
@@ -121,18 +168,47 @@ class HostsJob:
 
     def poll(self) -> int | None:
         """None while every node runs and none failed; else the job's exit code: 0 when every
-        node ended cleanly, otherwise the first failed node's."""
+        node ended cleanly, otherwise the first failed node's (1 for a host found lost)."""
+        if self.lost:
+            return 1
         codes = {host: proc.poll() for host, proc in self.procs.items()}
-        failed = [c for c in codes.values() if c not in (None, 0)]
+        # A node dead of a signal first: the others' failures follow from it.
+        failed = sorted(((h, c) for h, c in codes.items() if c not in (None, 0)),
+                        key=lambda item: item[1] >= 0)
         if failed:
-            return failed[0]
+            # Before anything is stopped: the nodes stopped afterwards end with signals too.
+            self.first_failed = self.first_failed or failed[0]
+            return failed[0][1]
         return 0 if all(c == 0 for c in codes.values()) else None
 
     def failed_hosts(self) -> list[str]:
-        return [host for host, proc in self.procs.items() if proc.poll() not in (None, 0)]
+        return [self.first_failed[0]] if self.first_failed else []
+
+    def host_cause(self, ranks_on: dict[int, str]) -> str | None:
+        """The failure as a host's, when one was lost or its node killed (`ranks_on`: each
+        rank's host, core.record.rank_hosts): the host, its ranks, what happened."""
+        def ranks(host: str) -> str:
+            mine = sorted(r for r, h in ranks_on.items() if h == host)
+            return f"rank{'s' if len(mine) != 1 else ''} {', '.join(map(str, mine)) or '?'}"
+
+        here = socket.gethostname()
+        if self.first_failed and (self.first_failed[1] < 0 or self.first_failed[1] == 255):
+            host, code = self.first_failed  # its node died of a signal, or ssh lost the host
+            how = (f"was killed ({signal.Signals(-code).name})" if code < 0
+                   else "lost its connection (ssh exit 255)")
+            return f"host {host} ({ranks(host)}): its node {how}, and the run with it"
+        remote = [h for h in self.procs if not is_this_host(h)]
+        if len(remote) >= 2 and set(self.lost) >= set(remote):
+            listed = ", ".join(f"{h} ({ranks(h)})" for h in remote)
+            return (f"{here}, the host of bench and the run's services, lost every other host "
+                    f"({listed}): its own link is down?")
+        for host, why in self.lost.items():
+            return f"host {host} ({ranks(host)}) {why}, as probed from {here}"
+        return None
 
     def stop(self) -> None:
         """Ask every node to stop (stdin closed), then kill what is left of each agent."""
+        self._stopping.set()
         for proc in self.procs.values():
             with contextlib.suppress(OSError):
                 if proc.stdin:

@@ -8,7 +8,9 @@ It checks that the run directory is here (results must be on a filesystem every 
 chooses the interface that reaches the rendezvous host (comm/interfaces.py: GLOO_SOCKET_IFNAME
 and NCCL_SOCKET_IFNAME unless set, torchrun's --local-addr), and runs this host's torchrun
 agent. The rendezvous host's node picks a free port for the c10d store and prints it first
-(`hetbench-node port P`); `bench run` then starts the other hosts with it.
+(`hetbench-node port P`); `bench run` then starts the other hosts with it. Every node listens
+on a port of its own (`hetbench-node probe P`) through which bench checks, once a second, that
+the host is still reachable.
 
 The job's lifetime is bench's: when this process's stdin closes (bench ended, was killed, or
 asks the job to stop; ssh passes the close on), or on SIGTERM / SIGHUP, it stops its torchrun and
@@ -29,7 +31,7 @@ from pathlib import Path
 from hetbench.comm.interfaces import choose_interface
 from hetbench.core.signals import LAUNCHER_PID_ENV
 from hetbench.errors import UserError
-from hetbench.harness.launch.multihost import PORT_LINE
+from hetbench.harness.launch.multihost import PORT_LINE, PROBE_LINE
 from hetbench.harness.launch.processes import stop_job
 
 
@@ -46,6 +48,12 @@ def torchrun_command(args: argparse.Namespace, port: int, local_addr: str | None
         "--max-restarts", "0", "--monitor-interval", "0.5",
         "-m", "hetbench.harness.worker", "--run-dir", str(args.run_dir),
     ]
+
+
+def _answer_probes(listener: socket.socket) -> None:
+    while True:
+        connection, _ = listener.accept()
+        connection.close()
 
 
 def free_port(address: str | None) -> int:
@@ -81,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{PORT_LINE}{port}", flush=True)
         elif not port:
             raise UserError("a node other than the rendezvous host's needs --port")
+        # bench probes this host through it (multihost.py): a host it cannot connect to is
+        # lost (its link is down, or it is gone), however its ranks fail afterwards.
+        listener = socket.create_server((local_addr or "", 0))
+        threading.Thread(target=_answer_probes, args=(listener,), daemon=True).start()
+        print(f"{PROBE_LINE}{listener.getsockname()[1]}", flush=True)
     except UserError as exc:
         if args.debug:
             raise
