@@ -99,6 +99,7 @@ def cause_of(run_dir: Path) -> str:
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed"
     assert "\n" not in summary["cause"]
+    print(f"cause: {summary['cause']}")
     return summary["cause"]
 
 
@@ -153,5 +154,6 @@ def test_a_host_fault_fails_the_run_naming_the_host_in_bounded_time(bed, tmp_pat
     if sorted(FAULTS).index(fault) == rotation_day() % len(FAULTS):
         pytest.skip(f"not today's (HETBENCH_TEST_DAY={rotation_day()}): rotated by day")
     took = FAULTS[fault](bed, tmp_path)
+    print(f"{fault}: bench ended {took:.1f} s after the fault")  # pytest -s shows it
     assert took < COMM_TIMEOUT_S + MARGIN_S, took
     assert_nothing_left(bed)
