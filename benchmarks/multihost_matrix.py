@@ -34,6 +34,8 @@ HOSTS = "h1:2,h2:2,h3:2"
 #: matrices/quick.toml's cell without slowdown, shorter, with the final models kept.
 MATRIX = """
 name = "multihost"
+algorithms = ["allreduce", "ps-sync", "ps-async", "dpsgd", "adpsgd", "hop", "prague-static",
+              "prague-smart"]
 workloads = ["mlp-digits"]
 workers = [4]
 iterations = 100
