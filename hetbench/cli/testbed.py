@@ -1,5 +1,5 @@
 """`bench testbed up|down|exec|status`: a cluster of namespace hosts on this machine
-(hetbench/testbed.py), to rehearse multi-host runs; needs root."""
+(hetbench/testbed/), to rehearse multi-host runs; needs root."""
 
 from __future__ import annotations
 
@@ -35,8 +35,11 @@ def testbed_cmd() -> None:
               help="Shape a host's link both ways (tbf), e.g. h2=100mbit.")
 @click.option("--clock-offset", multiple=True, metavar="HOST=SECONDS",
               help="Shift a host's clock (libfaketime), e.g. h2=+0.050.")
+@click.option("--slurm", is_flag=True, help="Run a SLURM cluster in the bed: slurmctld and "
+              "slurmdbd on h1, a slurmd per host (apt-get install munge slurmctld slurmd "
+              "slurm-client slurmdbd mariadb-server).")
 def up_cmd(name: str, hosts: int, subnet: str, rate: tuple[str, ...],
-           clock_offset: tuple[str, ...]) -> None:
+           clock_offset: tuple[str, ...], slurm: bool) -> None:
     """Make the bed; `bench testbed down` removes it."""
     from hetbench import testbed
 
@@ -47,12 +50,15 @@ def up_cmd(name: str, hosts: int, subnet: str, rate: tuple[str, ...],
         except ValueError:
             raise UserError(f"testbed: --clock-offset {host}={value}: not a number of "
                             "seconds") from None
-    bed = testbed.up(name, hosts, subnet, _pairs(rate, "--rate"), offsets)
+    bed = testbed.up(name, hosts, subnet, _pairs(rate, "--rate"), offsets, slurm=slurm)
     for host, address in bed.hosts.items():
         extra = [f"rate {bed.rates[host]}"] if host in bed.rates else []
         if host in bed.clock_offsets:
             extra.append(f"clock {bed.clock_offsets[host]:+g} s")
         click.echo(f"{host} {address}" + (f" ({', '.join(extra)})" if extra else ""))
+    if bed.slurm:
+        click.echo(f"SLURM cluster {name}: slurmctld and slurmdbd on h1, partition bed "
+                   f"(SLURM_CONF={bed.slurm['conf']} on every host)")
     click.echo(f"testbed {name} is up; run on a host with `bench testbed exec HOST -- CMD`")
 
 

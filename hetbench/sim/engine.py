@@ -406,12 +406,16 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path,
 
 #: Summary fields only a real run's host can measure: a simulated summary names them as absent.
 REAL_ONLY = ("launcher", "backend", "devices", "fidelity", "network", "p2p_mb_per_iteration",
-             "collective_mb_per_iteration", "staged_p2p_mb_per_s")
-#: REAL_ONLY fields a real run has only sometimes: an emulated network's, and a staged
-#: message's speed (ranks sharing a GPU); a simulated summary names them absent only then.
+             "collective_mb_per_iteration", "staged_p2p_mb_per_s", "clock_hosts", "machines",
+             "clock_offset_ms", "clock_error_ms", "clock_drift_ms")
+#: REAL_ONLY fields a real run has only sometimes: an emulated network's, a staged message's
+#: speed (ranks sharing a GPU), and the clocks' alignment (ranks on several hosts); a
+#: simulated summary names them absent only then.
 SOMETIMES = {"fidelity": lambda config: bool(config.network),
              "network": lambda config: bool(config.network),
-             "staged_p2p_mb_per_s": lambda config: False}
+             "staged_p2p_mb_per_s": lambda config: False,
+             **{key: lambda config: bool(config.hosts)
+                for key in ("clock_offset_ms", "clock_error_ms", "clock_drift_ms")}}
 
 
 def _summary(config: RunConfig, models: SimModels, engine: Engine, status: str,

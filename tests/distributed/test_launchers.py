@@ -165,12 +165,16 @@ def test_a_matrix_runs_as_slurm_jobs_from_the_cli(tmp_path, bench):
     assert result.returncode == 0, result.stdout + result.stderr
     (run,) = (tmp_path / "out").glob("allreduce-*/summary.json")
     assert json.loads(run.read_text())["status"] == "ok"
-    # A world that does not divide over the nodes fails that run with the reason.
-    matrix.write_text(matrix.read_text().replace("timeout_min = 5", "nodes = 3"))
+    # A world that fills the nodes unevenly fails under the local executor, with the reason
+    # (a SLURM cluster runs it: tests/distributed/test_slurm_bed.py).
+    matrix.write_text(matrix.read_text().replace("timeout_min = 5", "nodes = 2")
+                      .replace("workers = [2]", "workers = [3]"))
     result = bench("run", str(matrix), "--out", str(tmp_path / "odd"))
     assert result.returncode == 1
-    assert "do not divide evenly over nodes = 3" in result.stdout
-    matrix.write_text(matrix.read_text().replace("nodes = 3", "queue = 1"))
+    (odd,) = (tmp_path / "odd").glob("allreduce-*/summary.json")
+    assert "3 ranks (workers + server ranks) fill 2 nodes of 2 unevenly" in json.loads(
+        odd.read_text())["cause"]
+    matrix.write_text(matrix.read_text().replace("nodes = 2", "queue = 1"))
     result = bench("run", str(matrix), "--out", str(tmp_path / "bad"))
     assert result.returncode == 2 and "[slurm]: unknown key(s) queue" in result.stderr
 

@@ -1,4 +1,4 @@
-"""The multi-host test bed (hetbench/testbed.py): hosts in network namespaces with their own
+"""The multi-host test bed (hetbench/testbed/): hosts in network namespaces with their own
 names and addresses, a shaped link, a shifted clock; refused without root; nothing left behind,
 also when set-up fails (issue 43). Real namespaces, real TCP between them."""
 

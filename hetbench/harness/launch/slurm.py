@@ -13,7 +13,7 @@ writes summary.json; Ctrl-C cancels the job.
 A matrix's `[slurm]` table sets the job (none of it is part of the run's id):
 
     [slurm]
-    nodes = 2                 # ranks spread evenly; a run whose world size does not divide fails
+    nodes = 2                 # at most; ranks fill nodes in order (5 on nodes = 3: 2, 2, 1)
     partition = "gpu"
     timeout_min = 60
     cpus_per_task = 4
@@ -109,11 +109,15 @@ class SlurmLauncher:
         jobs: list[Any] = []
 
         def train(services: dict[str, Any]) -> str | None:
-            nodes = self.options["nodes"]
-            if config.world_size % nodes:
-                return (f"launcher slurm: {config.world_size} ranks (workers + server ranks) "
-                        f"do not divide evenly over nodes = {nodes}")
-            jobs.append(self._submit(config, run_dir, config.world_size // nodes))
+            world, nodes = config.world_size, self.options["nodes"]
+            # Filled in order, as --hosts fills hosts: 5 ranks on nodes = 3 run as 2, 2, 1.
+            per_node = -(-world // nodes)
+            used = -(-world // per_node)
+            if used * per_node != world and self.options["cluster"] == "local":
+                return (f"launcher slurm: {world} ranks (workers + server ranks) fill {used} "
+                        f"nodes of {per_node} unevenly, and submitit's local executor starts "
+                        f"as many tasks on every node; set nodes to a divisor of {world}")
+            jobs.append(self._submit(config, run_dir, per_node, used))
             return self._watch(config, run_dir, jobs[0])
 
         def cleanup() -> None:
@@ -123,16 +127,18 @@ class SlurmLauncher:
 
         return record_run(config, run_dir, train, cleanup)
 
-    def _submit(self, config: RunConfig, run_dir: Path, tasks_per_node: int):
+    def _submit(self, config: RunConfig, run_dir: Path, tasks_per_node: int, nodes: int):
         import submitit
 
         o = self.options
         executor = submitit.AutoExecutor(folder=run_dir / "slurm", cluster=o["cluster"])
         parameters: dict[str, Any] = {
-            "name": f"hetbench-{config.run_id}", "nodes": o["nodes"],
+            "name": f"hetbench-{config.run_id}", "nodes": nodes,
             "tasks_per_node": tasks_per_node, "timeout_min": o["timeout_min"]}
         if o["cluster"] == "slurm":
             parameters.update(cpus_per_task=o["cpus_per_task"])
+            if nodes * tasks_per_node != config.world_size:  # the last node takes fewer
+                parameters["slurm_additional_parameters"] = {"ntasks": config.world_size}
             if o["gpus_per_node"]:
                 parameters["gpus_per_node"] = o["gpus_per_node"]
             for key in ("partition", "account"):

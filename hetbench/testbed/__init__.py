@@ -28,10 +28,12 @@ says exists, also one left by a killed process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -60,6 +62,9 @@ class Bed:
     hosts: dict[str, str]
     rates: dict[str, str] = field(default_factory=dict)
     clock_offsets: dict[str, float] = field(default_factory=dict)
+    #: The SLURM cluster in the bed (slurm.py), if one was started: its slurm.conf,
+    #: the daemons' pids.
+    slurm: dict | None = None
 
     @property
     def bridge(self) -> str:
@@ -84,6 +89,8 @@ class Bed:
                 raise UserError("testbed: a clock offset needs libfaketime (apt-get install "
                                 "faketime)")
             env = ["env", f"LD_PRELOAD={lib}", f"FAKETIME={offset:+.6f}"]
+        if self.slurm:  # SLURM's clients on every host find the bed's cluster
+            env = [*(env or ["env"]), f"SLURM_CONF={self.slurm['conf']}"]
         return ["ip", "netns", "exec", self.namespace(host), "unshare", "--uts", "sh", "-c",
                 'hostname "$0" && exec "$@"', host, *env, *argv]
 
@@ -120,9 +127,14 @@ def check_can_make_beds() -> None:
 
 def up(name: str = "hbtb", hosts: int = 3, subnet: str = "10.77.0",
        rates: dict[str, str] | None = None,
-       clock_offsets: dict[str, float] | None = None) -> Bed:
-    """Make a bed of `hosts` hosts h1..hN at subnet.1..N; torn down again if anything fails."""
+       clock_offsets: dict[str, float] | None = None, slurm: bool = False) -> Bed:
+    """Make a bed of `hosts` hosts h1..hN at subnet.1..N, with a SLURM cluster if `slurm`
+    (slurm.py); torn down again if anything fails."""
     check_can_make_beds()
+    if slurm:
+        from hetbench.testbed import slurm as slurm_cluster
+
+        slurm_cluster.check_installed()
     if not re.fullmatch(r"[a-z][a-z0-9]{0,5}", name):
         raise UserError(f"testbed: name {name!r} must be 1-6 lowercase letters or digits, "
                         "starting with a letter (it prefixes interface names, 15 characters "
@@ -166,6 +178,11 @@ def up(name: str = "hbtb", hosts: int = 3, subnet: str = "10.77.0",
                 shape = ["tbf", "rate", bed.rates[host], "burst", "64kb", "latency", "50ms"]
                 _tc("-n", ns, "qdisc", "add", "dev", "eth0", "root", *shape)
                 _tc("qdisc", "add", "dev", veth, "root", *shape)
+        if slurm:
+            try:
+                slurm_cluster.up(bed, STATE_DIR / f"{name}-slurm")
+            finally:
+                _write_state(bed)  # what was started, for down()
     except BaseException as exc:
         down(name)
         if isinstance(exc, RuntimeError):
@@ -197,6 +214,18 @@ def down(name: str = "hbtb") -> list[str]:
     except (FileNotFoundError, ValueError):
         return []
     removed = []
+    # Whatever still runs on the bed's hosts (ranks, daemons, slurmd's job steps) goes first:
+    # a namespace outlives its deletion while a process holds it.
+    for host in bed.hosts:
+        pids = subprocess.run(["ip", "netns", "pids", bed.namespace(host)], capture_output=True,
+                              text=True).stdout.split()
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(int(pid), signal.SIGKILL)
+    if bed.slurm:
+        from hetbench.testbed import slurm as slurm_cluster
+
+        slurm_cluster.down(bed.slurm)
     for host in bed.hosts:
         ns = bed.namespace(host)
         # Deleting the namespace deletes its veth end, and with it the bridge's end.
