@@ -2,11 +2,15 @@
 `bench run --launcher torchrun|mpi --hosts` on a test bed of three hosts, two ranks a host.
 
     python benchmarks/multihost_matrix.py --out docs/results/multihost-matrix.json
+    python benchmarks/multihost_matrix.py --launchers slurm     # replaces only those rows
 
 For each launcher x algorithm: ok or the failure's cause, the run's wall time (bench's own,
 start of the ranks to summary) and throughput, the hosts its ranks ran on, and for the lockstep
-protocols whether the final models equal a local run's of the same cell bit for bit. Needs root
-and network namespaces (and Open MPI's mpirun for the mpi rows: pip install '.[mpi]').
+protocols whether the final models equal a local run's of the same cell bit for bit. The slurm
+rows run on a SLURM cluster in the bed (`bench testbed up --slurm`: slurmctld, slurmdbd, a
+slurmd per host), `[slurm] nodes = 3` (two ranks a node, as --hosts). Needs root and network
+namespaces, Open MPI's mpirun for the mpi rows (pip install '.[mpi]'), and Debian's SLURM
+packages for the slurm rows (hetbench/testbed/slurm.py names them).
 """
 
 from __future__ import annotations
@@ -43,12 +47,17 @@ pace_ms = 10
 seeds = [1]
 save_models = true
 eval_interval_s = 600.0
+bind_host = "0.0.0.0"   # what --hosts sets; SLURM's ranks need it too
 
 [algorithm.prague-static]
 workers_per_node = 2
 
 [algorithm.prague-smart]
 group_size = 2
+
+[slurm]
+nodes = 3
+timeout_min = 10
 """
 
 
@@ -75,10 +84,14 @@ def models(run_dir: Path) -> list[np.ndarray]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs/results/multihost-matrix.json")
-    parser.add_argument("--launchers", default="torchrun,mpi")
+    parser.add_argument("--launchers", default="torchrun,mpi,slurm")
     args = parser.parse_args()
+    launchers = args.launchers.split(",")
     rows = []
-    bed = testbed.up("mhm", hosts=3, subnet="10.79.2")
+    if args.out.exists():  # rows of the launchers not rerun stay
+        rows = [r for r in json.loads(args.out.read_text())["rows"]
+                if r["launcher"] not in launchers]
+    bed = testbed.up("mhm", hosts=3, subnet="10.79.2", slurm="slurm" in launchers)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             matrix = Path(tmp) / "multihost.toml"
@@ -88,11 +101,12 @@ def main() -> None:
                 raise SystemExit(f"local reference failed: {err}")
             local = runs_by_algorithm(Path(tmp) / "local")
             agent = f"{sys.executable} -m hetbench testbed rsh --name {bed.name}"
-            for launcher in args.launchers.split(","):
+            for launcher in launchers:
                 out = Path(tmp) / launcher
-                code, err, wall_s = bench(bed, [
-                    "run", str(matrix), "--launcher", launcher, "--hosts", HOSTS,
-                    "--rsh-agent", agent, "--out", str(out)], "h1")
+                where = (["--launcher", "slurm"] if launcher == "slurm" else
+                         ["--launcher", launcher, "--hosts", HOSTS, "--rsh-agent", agent])
+                code, err, wall_s = bench(bed, ["run", str(matrix), *where, "--out", str(out)],
+                                          "h1")
                 print(f"{launcher}: exit {code} in {wall_s:.0f} s", flush=True)
                 for algorithm, run_dir in sorted(runs_by_algorithm(out).items()):
                     summary = read_json(run_dir / "summary.json")

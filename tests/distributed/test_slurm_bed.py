@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -101,10 +102,16 @@ def test_todays_algorithms_run_as_slurm_jobs_with_real_job_states(cluster, tmp_p
                  for r in range(world)}
         # Two ranks a node (cpus 2 each): 4 ranks on two hosts, the Parameter Server's 5 on 3.
         assert len(hosts) == (world + 1) // 2, (algorithm, hosts)
-        # sacct, through slurmdbd, knows the job and its end.
+        # sacct, through slurmdbd, knows the job and its end (recorded a moment after the
+        # ranks' results, which is when bench saw the job done).
         job = next((run_dir / "slurm").glob("*_submitted.pkl")).name.split("_")[0]
-        state = cluster.run("h1", ["sacct", "-n", "-X", "-P", "-o", "State", "-j", job],
-                            capture_output=True, text=True, timeout=30).stdout.split()
+        deadline = time.monotonic() + 60
+        while True:
+            state = cluster.run("h1", ["sacct", "-n", "-X", "-P", "-o", "State", "-j", job],
+                                capture_output=True, text=True, timeout=30).stdout.split()
+            if state != ["RUNNING"] or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         assert state == ["COMPLETED"], (algorithm, job, state)
     checked = [a for a in algorithms if a in DETERMINISTIC]
     local = bench("run", matrix, "--algorithms", ",".join(checked), "--launcher", "local",

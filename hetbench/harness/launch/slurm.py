@@ -49,6 +49,30 @@ OPTIONS: dict[str, tuple[type, Any]] = {
     "account": (str, ""), "setup": (list, []),
 }
 CLUSTERS = ("slurm", "local")
+#: Why a pending job will never start (squeue's reason): its request exceeds what the
+#: partition or the account allows. A job pending for resources or priority just waits.
+NEVER_STARTS = {"PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints",
+                "AccountNotAllowed", "QOSMaxCpuPerJobLimit", "QOSMaxNodePerJobLimit",
+                "InvalidAccount", "InvalidQOS"}
+#: How often a pending job's reason is asked (squeue).
+PENDING_CHECK_S = 5.0
+
+
+def pending_reason(job_id: str) -> str | None:
+    """squeue's reason for a pending job, or None when squeue does not say."""
+    try:
+        done = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%r"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None
+
+
+def job_shape(config: RunConfig, options: dict[str, Any]) -> str:
+    world, nodes = config.world_size, options["nodes"]
+    per_node = -(-world // nodes)
+    return (f"{-(-world // per_node)} node(s), up to {per_node} task(s) each, "
+            f"{options['cpus_per_task']} CPU(s) a task, {world} tasks in all")
 
 
 def parse_options(table: dict[str, Any] | None) -> dict[str, Any]:
@@ -153,11 +177,18 @@ class SlurmLauncher:
         """Wait for the job; the failure cause, or None when every rank finished."""
         stall_limit_s = config.host_timeout_s + 15
         progress = Progress(config, run_dir, self.on_progress)
-        running_since = None
+        running_since, asked = None, 0.0
         while not job.done():
             # A queued job is not stalled: the backstop counts from the job's start.
             if running_since is None and job.state not in ("PENDING", "UNKNOWN", "REQUEUED"):
                 running_since = time.time()
+            if (running_since is None and self.options["cluster"] == "slurm"
+                    and time.time() - asked > PENDING_CHECK_S):
+                asked = time.time()
+                if (reason := pending_reason(job.job_id)) in NEVER_STARTS:
+                    return (f"SLURM job {job.job_id} can never start: it is pending with reason "
+                            f"{reason} (it asks for {job_shape(config, self.options)}; "
+                            f"`scontrol show job {job.job_id}` says more)")
             if running_since is not None:
                 limit_s = stall_limit_s + (0 if progress.started else STARTUP_S)
                 idle_s = min(progress.idle_s(), time.time() - running_since)
