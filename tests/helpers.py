@@ -27,6 +27,28 @@ def rotation_day() -> int:
     return int(os.environ.get("HETBENCH_TEST_DAY") or datetime.date.today().timetuple().tm_yday)
 
 
+#: The launchers that start runs across hosts, one a day in the multi-host suites.
+ACROSS_HOSTS = ["torchrun", "mpi", "slurm"]
+
+
+def is_today(case: str, cases: list[str]) -> bool:
+    """Whether `case` is today's one of `cases`: suites whose cases each take half a minute or
+    more (chaos, runs across hosts, host faults) run one a day, in turn, so that CI stays
+    within its time and every case runs within len(cases) days. HETBENCH_TEST_ALL=1 runs
+    them all."""
+    return (os.environ.get("HETBENCH_TEST_ALL") == "1"
+            or case == cases[rotation_day() % len(cases)])
+
+
+def skip_unless_today(case: str, cases: list[str]) -> None:
+    """pytest.skip unless is_today(case, cases), saying which case is today's."""
+    import pytest
+
+    if not is_today(case, cases):
+        pytest.skip(f"rotated by day: today's is {cases[rotation_day() % len(cases)]} "
+                    f"(HETBENCH_TEST_DAY={rotation_day()}; HETBENCH_TEST_ALL=1 runs every one)")
+
+
 def run_config(run_dir: Path, **fields: Any) -> dict[str, Any]:
     """Run one RunConfig(**fields) on real worker processes; returns its summary."""
     config = RunConfig(**fields)

@@ -3,9 +3,10 @@ ranks on h1, h2 and h3 (network namespaces with their own names and addresses), 
 (a node per host, started by the bed's rsh agent) and through mpirun (the same agent).
 
 Every case is real: namespaces, bench and its ranks as processes on them, gloo over the bed's
-bridge. The quick matrix's algorithms rotate by day (two a day per launcher: tests.helpers.
-rotation_day), as the other long suites do; the whole matrix is
-benchmarks/multihost_matrix.py's (docs/results/multihost.md).
+bridge. One launcher a day (of torchrun, mpi and slurm, whose case is test_slurm_bed.py's) runs
+two of the quick matrix's algorithms, chosen by the day too (tests.helpers.rotation_day), as the
+other long suites rotate; the whole matrix is benchmarks/multihost_matrix.py's
+(docs/results/2026-11-26-multihost.md).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pytest
 from hetbench import testbed
 from hetbench.core.record import read_events
 from hetbench.reports.waits import run_waits
-from tests.helpers import final_models, rotation_day
+from tests.helpers import ACROSS_HOSTS, final_models, rotation_day, skip_unless_today
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not Path("/proc/self/ns/net").exists(),
@@ -119,6 +120,7 @@ def run_dirs(out: Path) -> dict[str, Path]:
 @pytest.mark.parametrize("launcher", ["torchrun", "mpi"])
 def test_todays_algorithms_run_across_three_hosts_and_match_one_machine(bed, tmp_path, bench,
                                                                          launcher):
+    skip_unless_today(launcher, ACROSS_HOSTS)  # one launcher a day (slurm: test_slurm_bed)
     algorithms = todays(QUICK, 0 if launcher == "torchrun" else 1)
     done = run_across(bed, tmp_path, launcher, algorithms)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

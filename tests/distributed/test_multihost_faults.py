@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from hetbench import testbed
-from tests.helpers import rotation_day
+from tests.helpers import skip_unless_today
 
 pytestmark = [
     pytest.mark.slow,
@@ -150,9 +150,7 @@ FAULTS = {"link_down": link_down, "host_killed": host_killed,
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_a_host_fault_fails_the_run_naming_the_host_in_bounded_time(bed, tmp_path, fault):
-    # Two of the three a day (each about 30 s), every one within three days.
-    if sorted(FAULTS).index(fault) == rotation_day() % len(FAULTS):
-        pytest.skip(f"not today's (HETBENCH_TEST_DAY={rotation_day()}): rotated by day")
+    skip_unless_today(fault, sorted(FAULTS))  # one a day, each about 30 s
     took = FAULTS[fault](bed, tmp_path)
     print(f"{fault}: bench ended {took:.1f} s after the fault")  # pytest -s shows it
     assert took < COMM_TIMEOUT_S + MARGIN_S, took
