@@ -76,7 +76,10 @@ def cases(tmp_path):
         "unknown fault": (matrix("f", 'fault = "explode"'), "expected crash@R:I"),
         "unknown device": (matrix("d", 'device = "tpu"'), "device must be"),
         "unknown launcher": (matrix("r", 'launcher = "pbs"'), "launcher must be one of"),
-        "slurm launcher without SLURM": (matrix("sl", 'launcher = "slurm"'), "no sbatch"),
+        "slurm nodes below one": (matrix("sl", 'launcher = "slurm"\n[slurm]\nnodes = 0'),
+                                  "nodes must be >= 1"),
+        "hosts with the local launcher": ([*BASE, "--algorithms", "allreduce", "--hosts",
+                                           "h1:2,h2:2"], "add --launcher torchrun or mpi"),
         "unknown network preset": ([*BASE, "--algorithms", "allreduce", "--network", "moon"],
                                    "unknown preset 'moon'"),
         "dilation without a network": ([*BASE, "--algorithms", "allreduce", "--dilation", "4"],
@@ -214,6 +217,20 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path, outcomes, name):
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: ") and expected in lines[0], lines[0]
     assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_the_slurm_launcher_without_sbatch_is_one_line(tmp_path, bench_cmd, cli_env):
+    """Where SLURM's clients are not on PATH (this machine may have them: the bed's cluster)."""
+    matrix = tmp_path / "sl.toml"
+    matrix.write_text('algorithms = ["allreduce"]\nworkloads = ["mlp-digits"]\nworkers = [2]\n'
+                      'launcher = "slurm"\n')
+    result = subprocess.run([*bench_cmd, "run", str(matrix), "--out", str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                            env={**cli_env, "PATH": str(Path(sys.executable).parent)})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "error: launcher slurm: no sbatch here (not a SLURM login node); set [slurm] cluster = "
+        "\"local\" to run the same jobs on this machine"]
 
 
 def test_debug_shows_traceback(tmp_path, bench):

@@ -82,6 +82,7 @@ def cluster():
 
 
 def todays() -> list[str]:
+    """A lockstep algorithm (checked against a local run's models) and one of the others."""
     day = rotation_day()
     checked = sorted(DETERMINISTIC)
     others = [a for a in QUICK if a not in DETERMINISTIC]
