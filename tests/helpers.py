@@ -27,8 +27,9 @@ def rotation_day() -> int:
     return int(os.environ.get("HETBENCH_TEST_DAY") or datetime.date.today().timetuple().tm_yday)
 
 
-#: The launchers that start runs across hosts, one a day in the multi-host suites.
-ACROSS_HOSTS = ["torchrun", "mpi", "slurm"]
+#: How runs start across hosts, one a day in the multi-host suites: torchrun and mpirun
+#: through the bed's agent, a SLURM cluster, and torchrun through ssh.
+ACROSS_HOSTS = ["torchrun", "mpi", "slurm", "ssh"]
 
 
 def is_today(case: str, cases: list[str]) -> bool:

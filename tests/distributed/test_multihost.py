@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -230,3 +233,98 @@ def test_a_host_whose_clock_is_50_ms_ahead_changes_no_figure(bed, shifted_bed, t
     md = (tmp_path / "shifted" / "report.md").read_text()
     assert "Across hosts (1 run(s), up to 2 hosts)" in md and "offsets up to 50" in md
     assert "spread over test-bed hosts" in md
+
+
+SSHD_CONFIG = """\
+ListenAddress 0.0.0.0
+HostKey {dir}/host_key
+AuthorizedKeysFile {dir}/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+StrictModes no
+UsePAM no
+PidFile none
+"""
+SSH_CONFIG = """\
+Host *
+    IdentityFile {dir}/id
+    IdentitiesOnly yes
+    StrictHostKeyChecking no
+    UserKnownHostsFile /dev/null
+    LogLevel ERROR
+"""
+
+
+@pytest.fixture
+def sshd(bed, tmp_path):
+    """An OpenSSH server on every host of the bed (root, key only); the ssh config that
+    reaches them. Skipped without OpenSSH (apt-get install openssh-server openssh-client)."""
+    sshd_path = Path("/usr/sbin/sshd")
+    if not sshd_path.exists() or not shutil.which("ssh"):
+        pytest.skip("OpenSSH is not installed (apt-get install openssh-server openssh-client)")
+    keys = tmp_path / "ssh"
+    keys.mkdir()
+    for key in ("host_key", "id"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / key)],
+                       check=True)
+    (keys / "authorized_keys").write_text((keys / "id.pub").read_text())
+    (keys / "sshd_config").write_text(SSHD_CONFIG.format(dir=keys))
+    (keys / "ssh_config").write_text(SSH_CONFIG.format(dir=keys))
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+    servers = [bed.popen(host, [str(sshd_path), "-D", "-e", "-f", str(keys / "sshd_config")],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               for host in bed.hosts]
+    try:
+        deadline = time.monotonic() + 30
+        while bed.run("h1", ["ssh", "-F", str(keys / "ssh_config"), "-o", "BatchMode=yes",
+                             "h2", "true"], capture_output=True, timeout=30).returncode != 0:
+            assert time.monotonic() < deadline, "sshd did not come up on h2"
+            time.sleep(0.2)
+        yield f"ssh -F {keys / 'ssh_config'} -o BatchMode=yes"
+    finally:
+        for server in servers:
+            server.kill()
+            server.wait()
+
+
+def test_ssh_starts_the_other_hosts_and_a_stopped_run_leaves_nothing_there(bed, sshd,
+                                                                          tmp_path):
+    """The default kind of agent, for real: ssh to an OpenSSH server on h2 (bench on h1 starts
+    h1's node itself). One run to its end; then one stopped by SIGTERM mid-run, whose node on h2
+    learns it through ssh closing its stdin and takes its ranks down."""
+    skip_unless_today("ssh", ACROSS_HOSTS)
+    matrix = tmp_path / "hosts.toml"
+    matrix.write_text(MATRIX)
+    done = bench_on(bed, "h1", "run", str(matrix), "--algorithms", "allreduce", "--launcher",
+                    "torchrun", "--hosts", "h1:2,h2:2", "--rsh-agent", sshd, "--out",
+                    str(tmp_path / "ok"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run_dir,) = run_dirs(tmp_path / "ok").values()
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "ok"
+    assert json.loads((run_dir / "done.rank3.json").read_text())["clock"]["host"] == "h2"
+
+    long = bed.popen("h1", [sys.executable, "-m", "hetbench", "run", str(matrix),
+                            "--algorithms", "allreduce", "--iterations", "20000", "--launcher",
+                            "torchrun", "--hosts", "h1:2,h2:2", "--rsh-agent", sshd, "--out",
+                            str(tmp_path / "stopped")],
+                     cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                     stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not any(p.stat().st_size > 2000 for p in (tmp_path / "stopped").glob(
+            "*/events.rank3.jsonl")):
+        assert long.poll() is None and time.monotonic() < deadline, long.communicate()
+        time.sleep(0.2)
+    long.send_signal(signal.SIGTERM)
+    assert long.wait(timeout=60) == 128 + signal.SIGTERM, long.stderr.read()[-2000:]
+    deadline = time.monotonic() + 30
+    while True:  # only sshd itself is left on h2
+        pids = subprocess.run(["ip", "netns", "pids", bed.namespace("h2")], capture_output=True,
+                              text=True).stdout.split()
+        left = [Path(f"/proc/{p}/cmdline").read_text().replace("\0", " ") for p in pids
+                if Path(f"/proc/{p}").exists()]
+        left = [cmd for cmd in left if "sshd" not in cmd]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert not left, left
