@@ -27,6 +27,28 @@ def rotation_day() -> int:
     return int(os.environ.get("HETBENCH_TEST_DAY") or datetime.date.today().timetuple().tm_yday)
 
 
+#: The quick matrix's algorithms (matrices/quick.toml), which the multi-host suites run, and
+#: those whose final models are a function of the seed alone (lockstep, no arrival order).
+QUICK_ALGORITHMS = ["allreduce", "ps-sync", "ps-async", "dpsgd", "adpsgd", "hop",
+                    "prague-static", "prague-smart"]
+LOCKSTEP = {"allreduce", "ps-sync", "dpsgd", "prague-static"}
+#: The multi-host suites' matrix: the quick matrix's options, short, final models kept.
+ACROSS_HOSTS_MATRIX = """
+workloads = ["mlp-digits"]
+workers = [4]
+iterations = 8
+warmup_iterations = 2
+seeds = [3]
+save_models = true
+eval_interval_s = 600.0
+
+[algorithm.prague-static]
+workers_per_node = 2
+
+[algorithm.prague-smart]
+group_size = 2
+"""
+
 #: How runs start across hosts, one a day in the multi-host suites: torchrun and mpirun
 #: through the bed's agent, a SLURM cluster, and torchrun through ssh.
 ACROSS_HOSTS = ["torchrun", "mpi", "slurm", "ssh"]

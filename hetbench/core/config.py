@@ -147,6 +147,10 @@ class RunConfig:
                                 else "runs on this machine: add --launcher torchrun or mpi"))
         hosts = parse_hosts(self.hosts)
         place(hosts, self.world_size)
+        if self.network:
+            raise UserError("a [network] model emulates a cluster on one host (its ranks share "
+                            "one clock and one file); drop --hosts, or drop the network model "
+                            "to measure the hosts' own links")
         if self.bind_host.startswith("127.") or self.bind_host in ("localhost", "::1"):
             raise UserError(f"bind_host {self.bind_host} is loopback: ranks on other hosts could "
                             "not reach the run's services; use 0.0.0.0 (the default with --hosts)"

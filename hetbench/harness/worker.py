@@ -115,7 +115,8 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous, services: dic
         estimate = estimate_offsets(comm, list(range(world_size)))
         host = socket.gethostname()
         # On rank 0's host there is one clock: an estimate's error would only add noise.
-        aligned = _rank0_host(comm, rank, host) != host and estimate is not None
+        rank0_host = _rank0_host(comm, rank, host)
+        aligned = rank0_host != host and estimate is not None
         align_to(estimate if aligned else None)
         progress.clock = {"host": host, "machine": machine_id(), "aligned": aligned,
                           **({"start": estimate.to_dict()} if estimate else {})}
@@ -142,7 +143,9 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous, services: dic
                 1 - rank, numel)
         network = config.cluster()
         if network is not None:
-            _check_one_host(comm, rank)
+            if host != rank0_host:  # one host: one clock, one shared file
+                raise RuntimeError(f"a [network] model emulates a cluster on one host, but rank "
+                                   f"{rank} runs on {host}, not on rank 0's host")
             if rank == 0:
                 Emulator.prepare(run_dir, world_size)
         note(rank, "set up; waiting for the common start")
@@ -211,16 +214,6 @@ def _rank0_host(comm: Comm, rank: int, host: str) -> str:
         comm.store.set("hetbench/rank0-host", host)
         return host
     return comm.store.get("hetbench/rank0-host").decode()
-
-
-def _check_one_host(comm: Comm, rank: int) -> None:
-    """An emulated network needs every rank on one host (one clock, one shared file)."""
-    host = socket.gethostname()
-    if rank == 0:
-        comm.store.set("hetbench/network-host", host)
-    elif comm.store.get("hetbench/network-host").decode() != host:
-        raise RuntimeError(f"a [network] model emulates a cluster on one host, but rank {rank} "
-                           f"runs on {host}, not on rank 0's host")
 
 
 def _end_network(comm: Comm, progress: RankProgress) -> None:

@@ -26,7 +26,15 @@ import pytest
 from hetbench import testbed
 from hetbench.core.record import read_events
 from hetbench.reports.waits import run_waits
-from tests.helpers import ACROSS_HOSTS, final_models, rotation_day, skip_unless_today
+from tests.helpers import (
+    ACROSS_HOSTS,
+    ACROSS_HOSTS_MATRIX,
+    LOCKSTEP,
+    QUICK_ALGORITHMS,
+    final_models,
+    rotation_day,
+    skip_unless_today,
+)
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not Path("/proc/self/ns/net").exists(),
@@ -34,28 +42,8 @@ pytestmark = pytest.mark.skipif(
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIFT_S = 0.050
-#: The quick matrix's algorithms (matrices/quick.toml), with its options.
-QUICK = ["allreduce", "ps-sync", "ps-async", "dpsgd", "adpsgd", "hop", "prague-static",
-         "prague-smart"]
-#: Those whose final models are a function of the seed alone (lockstep, no arrival order).
-DETERMINISTIC = {"allreduce", "ps-sync", "dpsgd", "prague-static"}
-MATRIX = """
-name = "hosts"
-workloads = ["mlp-digits"]
-workers = [4]
-iterations = 8
-warmup_iterations = 2
-seeds = [3]
-save_models = true
-eval_interval_s = 600.0
-comm_timeout_s = 30.0
-
-[algorithm.prague-static]
-workers_per_node = 2
-
-[algorithm.prague-smart]
-group_size = 2
-"""
+QUICK, DETERMINISTIC = QUICK_ALGORITHMS, LOCKSTEP
+MATRIX = 'name = "hosts"\ncomm_timeout_s = 30.0\n' + ACROSS_HOSTS_MATRIX
 
 
 def todays(algorithms: list[str], offset: int) -> list[str]:

@@ -103,44 +103,50 @@ def cause_of(run_dir: Path) -> str:
     return summary["cause"]
 
 
-def link_down(bed, tmp_path):
-    proc = start_run(bed, "h1", tmp_path, "allreduce", "h1:2,h2:2")
+def fault_run(bed, tmp_path, head: str, algorithm: str, fault, cause_starts: str) -> float:
+    """A long run of `algorithm` on h1:2,h2:2 (bench on `head`), `fault()` once it trains:
+    bench must exit 1 with a cause starting `cause_starts`; seconds it took after the fault."""
+    proc = start_run(bed, head, tmp_path, algorithm, "h1:2,h2:2")
     run_dir = wait_for_training(tmp_path, proc)
-    subprocess.run(["ip", "link", "set", "dev", bed.veth("h2"), "down"], check=True)
-    took = ended(proc, time.monotonic())
+    since = fault()
+    took = ended(proc, since)
     assert proc.returncode == 1
     cause = cause_of(run_dir)
-    assert cause.startswith("host h2 (ranks 2, 3) is unreachable"), cause
+    assert cause.startswith(cause_starts), cause
     return took
 
 
-def host_killed(bed, tmp_path):
-    proc = start_run(bed, "h1", tmp_path, "dpsgd", "h1:2,h2:2")
-    run_dir = wait_for_training(tmp_path, proc)
-    pids = subprocess.run(["ip", "netns", "pids", bed.namespace("h2")], capture_output=True,
+def cut_link(bed, host: str):
+    """Take `host`'s link down (its veth on the bridge); when it went down."""
+    subprocess.run(["ip", "link", "set", "dev", bed.veth(host), "down"], check=True)
+    return time.monotonic()
+
+
+def kill_every_process(bed, host: str):
+    pids = subprocess.run(["ip", "netns", "pids", bed.namespace(host)], capture_output=True,
                           text=True, check=True).stdout.split()
     assert len(pids) >= 3  # its node (torchrun's agent under it) and its two ranks
     since = time.monotonic()
     for pid in pids:
         os.kill(int(pid), signal.SIGKILL)
-    took = ended(proc, since)
-    assert proc.returncode == 1
-    cause = cause_of(run_dir)
-    assert cause.startswith("host h2 (ranks 2, 3): its node was killed (SIGKILL)"), cause
-    return took
+    return since
+
+
+def link_down(bed, tmp_path):
+    return fault_run(bed, tmp_path, "h1", "allreduce", lambda: cut_link(bed, "h2"),
+                     "host h2 (ranks 2, 3) is unreachable")
+
+
+def host_killed(bed, tmp_path):
+    return fault_run(bed, tmp_path, "h1", "dpsgd", lambda: kill_every_process(bed, "h2"),
+                     "host h2 (ranks 2, 3): its node was killed (SIGKILL)")
 
 
 def services_host_lost(bed, tmp_path):
     """bench, and with it prague-smart's Group Generator, on h3; the ranks on h1 and h2."""
-    proc = start_run(bed, "h3", tmp_path, "prague-smart", "h1:2,h2:2")
-    run_dir = wait_for_training(tmp_path, proc)
-    subprocess.run(["ip", "link", "set", "dev", bed.veth("h3"), "down"], check=True)
-    took = ended(proc, time.monotonic())
-    assert proc.returncode == 1
-    cause = cause_of(run_dir)
-    assert cause.startswith("h3, the host of bench and the run's services, lost every other "
-                            "host (h1 (ranks 0, 1), h2 (ranks 2, 3))"), cause
-    return took
+    return fault_run(bed, tmp_path, "h3", "prague-smart", lambda: cut_link(bed, "h3"),
+                     "h3, the host of bench and the run's services, lost every other host "
+                     "(h1 (ranks 0, 1), h2 (ranks 2, 3))")
 
 
 FAULTS = {"link_down": link_down, "host_killed": host_killed,

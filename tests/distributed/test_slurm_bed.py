@@ -20,7 +20,15 @@ import pytest
 
 from hetbench import testbed
 from hetbench.testbed import slurm as slurm_cluster
-from tests.helpers import ACROSS_HOSTS, final_models, is_today, rotation_day
+from tests.helpers import (
+    ACROSS_HOSTS,
+    ACROSS_HOSTS_MATRIX,
+    LOCKSTEP,
+    QUICK_ALGORITHMS,
+    final_models,
+    is_today,
+    rotation_day,
+)
 
 
 def _missing() -> str | None:
@@ -42,31 +50,9 @@ pytestmark = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
-QUICK = ["allreduce", "ps-sync", "ps-async", "dpsgd", "adpsgd", "hop", "prague-static",
-         "prague-smart"]
-DETERMINISTIC = {"allreduce", "ps-sync", "dpsgd", "prague-static"}
-MATRIX = """
-name = "slurm-bed"
-workloads = ["mlp-digits"]
-workers = [4]
-iterations = 8
-warmup_iterations = 2
-seeds = [3]
-save_models = true
-eval_interval_s = 600.0
-launcher = "slurm"
-bind_host = "0.0.0.0"
-
-[slurm]
-nodes = 3
-timeout_min = 10
-
-[algorithm.prague-static]
-workers_per_node = 2
-
-[algorithm.prague-smart]
-group_size = 2
-"""
+QUICK, DETERMINISTIC = QUICK_ALGORITHMS, LOCKSTEP
+MATRIX = ('name = "slurm-bed"\nlauncher = "slurm"\nbind_host = "0.0.0.0"\n'
+          + ACROSS_HOSTS_MATRIX + "\n[slurm]\nnodes = 3\ntimeout_min = 10\n")
 
 
 @pytest.fixture(scope="module")

@@ -54,6 +54,12 @@ def test_a_run_across_hosts_needs_a_launcher_that_starts_them_and_a_reachable_re
                   bind_host="0.0.0.0")
 
 
+def test_an_emulated_network_across_hosts_is_refused():
+    with pytest.raises(UserError, match="emulates a cluster on one host"):
+        RunConfig(**BASE, hosts="h1:2,h2:2", launcher="torchrun", bind_host="0.0.0.0",
+                  network={"preset": "prague"})
+
+
 def test_hosts_are_part_of_a_run_and_one_machine_keeps_its_old_id(tmp_path):
     local = RunConfig(**BASE, launcher="torchrun")
     spread = RunConfig(**BASE, launcher="torchrun", hosts="h1:2, h2:2", bind_host="0.0.0.0")
@@ -62,8 +68,9 @@ def test_hosts_are_part_of_a_run_and_one_machine_keeps_its_old_id(tmp_path):
     from_file = RunConfig(**BASE, launcher="torchrun", hosts=str(hostfile), bind_host="0.0.0.0")
     assert spread.hosts == from_file.hosts == "h1:2,h2:2"
     assert spread.run_id == from_file.run_id != local.run_id
-    assert "hosts" not in local.config_hash and local.run_id == RunConfig(
-        **BASE, launcher="torchrun", hosts="").run_id
+    # A run on one machine keeps the id it had before `hosts` existed (this id is what the
+    # code of commit ee0e579 gives this config).
+    assert local.run_id == "allreduce-mlp-digits-w4-none-s1-5dfa6007b7"
 
 
 def test_the_interface_that_reaches_loopback_is_none_to_choose():
