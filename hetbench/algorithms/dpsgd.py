@@ -184,6 +184,14 @@ class DPSGDSim(Protocol):
         self.ready_at: list[list[float]] = [[] for _ in range(self.n)]
         self._partner_tables: dict[int, list] = {}
         self.waiting = [False] * self.n
+        #: On a cluster's network (its NIC queues): each message is queued when its sender
+        #: posts it, as the emulator does, not when its receiver's exchange begins (that
+        #: booked a ring's messages in receiver order and held NICs idle meanwhile).
+        #: delivered[(src, dst, k)]: when src's k-th model reaches dst; out[(x, k)]: when x's
+        #: k-th sends are out of its NIC.
+        self.sends_queue = getattr(self.net, "queues_at_nics", False)
+        self.delivered: dict[tuple[int, int, int], float] = {}
+        self.out: dict[tuple[int, int], float] = {}
 
     def make_exchange(self) -> Exchange:
         return Exchange(self.config, self.n)
@@ -204,6 +212,13 @@ class DPSGDSim(Protocol):
     def ready(self, w):
         k = len(self.ready_at[w])
         self.ready_at[w].append(self.engine.now)
+        if self.sends_queue:
+            out = self.engine.now
+            for j in self.exchange.links(w, k)[0]:
+                sent, self.delivered[(w, j, k)] = self.net.post(w, j, self.model_bytes,
+                                                                self.engine.now)
+                out = max(out, sent)
+            self.out[(w, k)] = out
         self.waiting[w] = True
         self._try(w)
         # Only workers whose iteration-k partners include w can have been waiting on it (the
@@ -221,8 +236,12 @@ class DPSGDSim(Protocol):
         latest = max(ready_at[j][k] for j in partners)
         mine = ready_at[x][k]
         self.waiting[x] = False
-        end = self.net.exchange(x, receive_from, self.model_bytes, max(latest, mine),
-                                self.engine.active)
+        if self.sends_queue:
+            end = max(latest, mine, self.out.pop((x, k)),
+                      *(self.delivered.pop((j, x, k)) for j in receive_from))
+        else:
+            end = self.net.exchange(x, receive_from, self.model_bytes, max(latest, mine),
+                                    self.engine.active)
         # The ranks it met, as a real step's Comm records them: its in- and out-neighbours.
         self.engine.end_step(x, end, latest - mine, peers=len(receive_from), staleness=0.0,
                              peer_ranks=partners)

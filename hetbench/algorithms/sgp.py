@@ -283,6 +283,9 @@ class OSGPSim(DPSGDSim):
 
     def __init__(self, engine):
         super().__init__(engine)
+        # Its messages queue at the NICs once both ends are ready (ready() below), not when
+        # the sender alone is (D-PSGD's queueing).
+        self.sends_queue = False
         self.delay = self.config.max_delay
         #: Each worker's posted receives not yet mixed in: (iteration, in-peer), in order.
         self.incoming: list[deque[tuple[int, int]]] = [deque() for _ in range(self.n)]

@@ -27,6 +27,15 @@ def testbed_cmd() -> None:
     shifted clocks."""
 
 
+def _seconds(value: str, what: str, host: str) -> float:
+    """`10ms` or `0.010` (seconds)."""
+    try:
+        return float(value[:-2]) / 1e3 if value.endswith("ms") else float(value)
+    except ValueError:
+        raise UserError(f"testbed: {what} {host}={value}: not a duration (e.g. 10ms or "
+                        "0.010)") from None
+
+
 @testbed_cmd.command("up")
 @click.option("--name", default="hbtb", show_default=True, help="The bed's name (1-6 chars).")
 @click.option("--hosts", default=3, show_default=True, help="Hosts h1..hN.")
@@ -35,11 +44,14 @@ def testbed_cmd() -> None:
               help="Shape a host's link both ways (tbf), e.g. h2=100mbit.")
 @click.option("--clock-offset", multiple=True, metavar="HOST=SECONDS",
               help="Shift a host's clock (libfaketime), e.g. h2=+0.050.")
+@click.option("--delay", multiple=True, metavar="HOST=DELAY",
+              help="Add a one-way delay to each direction of a host's link (a user-space "
+              "delay line; needs ethtool), e.g. h2=10ms or h2=0.010.")
 @click.option("--slurm", is_flag=True, help="Run a SLURM cluster in the bed: slurmctld and "
               "slurmdbd on h1, a slurmd per host (apt-get install munge slurmctld slurmd "
               "slurm-client slurmdbd mariadb-server).")
 def up_cmd(name: str, hosts: int, subnet: str, rate: tuple[str, ...],
-           clock_offset: tuple[str, ...], slurm: bool) -> None:
+           clock_offset: tuple[str, ...], delay: tuple[str, ...], slurm: bool) -> None:
     """Make the bed; `bench testbed down` removes it."""
     from hetbench import testbed
 
@@ -50,9 +62,14 @@ def up_cmd(name: str, hosts: int, subnet: str, rate: tuple[str, ...],
         except ValueError:
             raise UserError(f"testbed: --clock-offset {host}={value}: not a number of "
                             "seconds") from None
-    bed = testbed.up(name, hosts, subnet, _pairs(rate, "--rate"), offsets, slurm=slurm)
+    delays = {host: _seconds(value, "--delay", host)
+              for host, value in _pairs(delay, "--delay").items()}
+    bed = testbed.up(name, hosts, subnet, _pairs(rate, "--rate"), offsets, slurm=slurm,
+                     delays=delays)
     for host, address in bed.hosts.items():
         extra = [f"rate {bed.rates[host]}"] if host in bed.rates else []
+        if host in bed.delays:
+            extra.append(f"delay {bed.delays[host] * 1e3:g} ms each way")
         if host in bed.clock_offsets:
             extra.append(f"clock {bed.clock_offsets[host]:+g} s")
         click.echo(f"{host} {address}" + (f" ({', '.join(extra)})" if extra else ""))
@@ -108,7 +125,7 @@ def rsh_cmd(name: str, argv: tuple[str, ...]) -> None:
 @testbed_cmd.command("status")
 @click.option("--name", default="hbtb", show_default=True)
 def status_cmd(name: str) -> None:
-    """The bed's hosts, addresses, rates and clock offsets."""
+    """The bed's hosts, addresses, rates, delays and clock offsets."""
     from hetbench import testbed
 
     bed = testbed.load(name)
@@ -116,7 +133,8 @@ def status_cmd(name: str) -> None:
         click.echo(f"{host} {address} namespace {bed.namespace(host)}"
                    + (f" rate {bed.rates[host]}" if host in bed.rates else "")
                    + (f" clock {bed.clock_offsets[host]:+g} s" if host in bed.clock_offsets
-                      else ""))
+                      else "")
+                   + (f" delay {bed.delays[host] * 1e3:g} ms" if host in bed.delays else ""))
 
 
 COMMANDS: list[click.Command] = [testbed_cmd]

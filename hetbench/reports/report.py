@@ -18,6 +18,7 @@ from hetbench.reports.notes import (
     host_notes,
     metadata,
     network_notes,
+    point_to_point_note,
     reading_notes,
 )
 from hetbench.reports.plots import convergence_plots, headline_plot
@@ -173,7 +174,7 @@ class Report:
         if text := convention(self.runs, self.tuning):
             notes.append(text)
         notes += reading_notes(self.scan)
-        notes += network_notes(runs)
+        notes += network_notes(runs) + point_to_point_note(runs)
         for workload, target in sorted(self.targets.items()):
             how = ("picked automatically: 90% of the lowest final accuracy of any run"
                    if target.source == "auto" else f"from {target.source}")

@@ -136,6 +136,8 @@ class ClusterNetwork:
 
     cpu_s = 0.0
     cores = None
+    #: Messages queue at NICs from the moment they are posted (post()), as in the emulator.
+    queues_at_nics = True
 
     def __init__(self, cluster, base: NetworkModel):
         from hetbench.network.model import Ledger
@@ -168,10 +170,15 @@ class ClusterNetwork:
         return self.ring_allreduce(nbytes, members, active)
 
     def wire(self, src: int, dst: int, nbytes: float, at: float) -> float:
+        return self.post(src, dst, nbytes, at)[1]
+
+    def post(self, src: int, dst: int, nbytes: float, at: float) -> tuple[float, float]:
+        """A message posted at `at`, queued at its NICs: (when its bytes are out of src's NIC,
+        when it is delivered), as the emulator's send_begin reserves it."""
         transfer = self.cluster.transfer(src, dst, nbytes, at)
         start = (self.ledger.reserve(transfer.ports, at, transfer.busy_s) if transfer.ports
                  else at)
-        return start + transfer.busy_s + transfer.latency_s
+        return start + transfer.busy_s, start + transfer.busy_s + transfer.latency_s
 
     def message_to(self, src: int, dst: int, nbytes: float, at: float,
                    active: int = 1) -> float:

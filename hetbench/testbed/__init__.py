@@ -14,12 +14,14 @@ own whose hostname is the host's, so hostname-based rendezvous (torchrun's c10d 
 address lookup) behave as on separate machines.
 
 - A link rate is a tbf qdisc on the host's eth0 (egress) and on its bridge port (the host's
-  ingress): 100mbit measured 95.7 Mbit/s of payload here (shared/MULTIHOST.md).
+  ingress), with a 4 KB bucket and 50 ms of queue (shape_link): 100mbit carried 91.5-92.3
+  Mbit/s of TCP payload here.
 - A clock offset is libfaketime (Debian's `faketime` package) preloaded into every command run on
   the host: `time.time_ns()` there reads the offset more. It also fakes CLOCK_MONOTONIC (with
   DONT_FAKE_MONOTONIC, Python's time.sleep fails: libfaketime#426), which gloo and torchrun
   tolerate.
-- A one-way delay (a user-space delay line) is not built yet: this kernel has no netem.
+- A one-way delay is a user-space delay line (delay_line.py) in a namespace between the host's
+  eth0 and the bridge: this kernel has no netem. Its ceiling is in docs/multi-node.md.
 
 Setting up needs root and namespaces; without them it refuses in one line. A bed that fails
 half-way is torn down before the error is raised, and `down` removes whatever a bed's record
@@ -35,6 +37,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -47,6 +50,8 @@ FAKETIME_LIBS = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
                  "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
                  "/usr/lib/faketime/libfaketime.so.1")
 RATE = re.compile(r"^\d+(\.\d+)?(kbit|mbit|gbit)$")
+#: How long a shaped link's queue may grow (at its rate) before packets drop.
+SHAPE_QUEUE_MS = 50.0
 
 
 def faketime_library() -> str | None:
@@ -62,6 +67,8 @@ class Bed:
     hosts: dict[str, str]
     rates: dict[str, str] = field(default_factory=dict)
     clock_offsets: dict[str, float] = field(default_factory=dict)
+    #: One-way delay (seconds) added to each direction of a host's link (delay_line.py).
+    delays: dict[str, float] = field(default_factory=dict)
     #: The SLURM cluster in the bed (slurm.py), if one was started: its slurm.conf,
     #: the daemons' pids.
     slurm: dict | None = None
@@ -75,6 +82,14 @@ class Bed:
 
     def veth(self, host: str) -> str:
         return f"{self.name}-{host}"
+
+    def middle_namespace(self, host: str) -> str:
+        """Where a delayed host's delay line runs, between its eth0 and the bridge."""
+        return f"{self.name}-d{host}"
+
+    def namespaces(self) -> list[str]:
+        return [*(self.namespace(h) for h in self.hosts),
+                *(self.middle_namespace(h) for h in self.delays)]
 
     def command(self, host: str, argv: list[str]) -> list[str]:
         """`argv` as run on `host`: in its network namespace, its own hostname, its clock."""
@@ -127,7 +142,8 @@ def check_can_make_beds() -> None:
 
 def up(name: str = "hbtb", hosts: int = 3, subnet: str = "10.77.0",
        rates: dict[str, str] | None = None,
-       clock_offsets: dict[str, float] | None = None, slurm: bool = False) -> Bed:
+       clock_offsets: dict[str, float] | None = None, slurm: bool = False,
+       delays: dict[str, float] | None = None) -> Bed:
     """Make a bed of `hosts` hosts h1..hN at subnet.1..N, with a SLURM cluster if `slurm`
     (slurm.py); torn down again if anything fails."""
     check_can_make_beds()
@@ -144,7 +160,7 @@ def up(name: str = "hbtb", hosts: int = 3, subnet: str = "10.77.0",
     if not re.fullmatch(r"10\.\d{1,3}\.\d{1,3}", subnet):
         raise UserError(f"testbed: subnet {subnet!r} must be a private 10.X.Y prefix")
     bed = Bed(name, {f"h{i}": f"{subnet}.{i}" for i in range(1, hosts + 1)},
-              dict(rates or {}), dict(clock_offsets or {}))
+              dict(rates or {}), dict(clock_offsets or {}), delays=dict(delays or {}))
     for host, rate in bed.rates.items():
         if host not in bed.hosts or not RATE.match(rate):
             raise UserError(f"testbed: --rate {host}={rate}: expected HOST=RATE with a host "
@@ -152,6 +168,13 @@ def up(name: str = "hbtb", hosts: int = 3, subnet: str = "10.77.0",
     for host in bed.clock_offsets:
         if host not in bed.hosts:
             raise UserError(f"testbed: --clock-offset {host}: no such host")
+    for host, delay in bed.delays.items():
+        if host not in bed.hosts or not 0 < delay <= 10:
+            raise UserError(f"testbed: --delay {host}={delay:g}: expected a host of "
+                            f"{', '.join(bed.hosts)} and a delay above 0 and at most 10 s")
+    if bed.delays and shutil.which("ethtool") is None:
+        raise UserError("testbed: a delay needs ethtool (apt-get install ethtool) to turn off "
+                        "the offloads of the interfaces feeding its delay line")
     if bed.clock_offsets and faketime_library() is None:
         raise UserError("testbed: a clock offset needs libfaketime (apt-get install faketime)")
     if (STATE_DIR / f"{name}.json").exists():
@@ -168,16 +191,19 @@ def up(name: str = "hbtb", hosts: int = 3, subnet: str = "10.77.0",
             etc = Path("/etc/netns") / ns
             etc.mkdir(parents=True, exist_ok=True)
             (etc / "hosts").write_text(f"127.0.0.1 localhost\n{hosts_file}")
-            _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            if host in bed.delays:
+                _add_delay_line(bed, host)
+            else:
+                _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
             _ip("link", "set", "dev", veth, "master", bed.bridge)
             _ip("link", "set", "dev", veth, "up")
             _ip("-n", ns, "link", "set", "dev", "lo", "up")
             _ip("-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
             _ip("-n", ns, "link", "set", "dev", "eth0", "up")
             if host in bed.rates:
-                shape = ["tbf", "rate", bed.rates[host], "burst", "64kb", "latency", "50ms"]
-                _tc("-n", ns, "qdisc", "add", "dev", "eth0", "root", *shape)
-                _tc("qdisc", "add", "dev", veth, "root", *shape)
+                shape_link(bed, host, bed.rates[host])
+        for host in bed.delays:
+            _start_delay_line(bed, host)
         if slurm:
             try:
                 slurm_cluster.up(bed, STATE_DIR / f"{name}-slurm")
@@ -189,6 +215,52 @@ def up(name: str = "hbtb", hosts: int = 3, subnet: str = "10.77.0",
             raise UserError(f"testbed {name}: set-up failed and was undone: {exc}") from exc
         raise
     return bed
+
+
+def _add_delay_line(bed: Bed, host: str) -> None:
+    """`host`'s eth0 paired with `host-side` in a middle namespace whose `bridge-side` pairs
+    with the bridge port (delay_line.py copies frames between the two)."""
+    middle, ns, veth = bed.middle_namespace(host), bed.namespace(host), bed.veth(host)
+    _ip("netns", "add", middle)
+    _ip("-n", middle, "link", "add", "host-side", "type", "veth", "peer", "name", "eth0",
+        "netns", ns)
+    _ip("-n", middle, "link", "add", "bridge-side", "type", "veth", "peer", "name", veth,
+        "netns", "1")
+    for end in ("host-side", "bridge-side"):
+        # Frames for other hosts' addresses too (promisc); the middle has no address of its
+        # own and no IPv6, so its kernel drops them and sends nothing of its own.
+        _ip("-n", middle, "link", "set", "dev", end, "promisc", "on", "up")
+    subprocess.run(["ip", "netns", "exec", middle, "sysctl", "-q", "-w",
+                    "net.ipv6.conf.all.disable_ipv6=1"], capture_output=True)
+    # The two interfaces that transmit into the middle hand it whole, checksummed frames.
+    _ethtool_off(["ip", "netns", "exec", ns, "ethtool", "-K", "eth0"])
+    _ethtool_off(["ethtool", "-K", veth])
+
+
+def _ethtool_off(command: list[str]) -> None:
+    done = subprocess.run([*command, "tx", "off", "tso", "off", "gso", "off"],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)}: {done.stderr.strip()}")
+
+
+def _start_delay_line(bed: Bed, host: str) -> None:
+    subprocess.Popen(["ip", "netns", "exec", bed.middle_namespace(host), sys.executable, "-m",
+                      "hetbench.testbed.delay_line", "host-side", "bridge-side",
+                      repr(bed.delays[host])],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def shape_link(bed: Bed, host: str, rate: str, queue_ms: float = SHAPE_QUEUE_MS) -> None:
+    """Shape `host`'s link to `rate` in both directions (tbf on its eth0 and on its bridge
+    port), replacing any shaping it had. A NIC sends no faster than its rate, so the bucket
+    holds 4 KB (the smallest burst that kept the rate here; 64 KB let every message after an
+    idle spell start ~5 ms early at 100 Mbit/s); `queue_ms` of the rate is queued, beyond it
+    packets drop, as at a switch port's buffer."""
+    shape = ["tbf", "rate", rate, "burst", "4kb", "latency", f"{queue_ms:g}ms"]
+    _tc("-n", bed.namespace(host), "qdisc", "replace", "dev", "eth0", "root", *shape)
+    _tc("qdisc", "replace", "dev", bed.veth(host), "root", *shape)
 
 
 def _write_state(bed: Bed) -> None:
@@ -216,8 +288,8 @@ def down(name: str = "hbtb") -> list[str]:
     removed = []
     # Whatever still runs on the bed's hosts (ranks, daemons, slurmd's job steps) goes first:
     # a namespace outlives its deletion while a process holds it.
-    for host in bed.hosts:
-        pids = subprocess.run(["ip", "netns", "pids", bed.namespace(host)], capture_output=True,
+    for ns in bed.namespaces():
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
                               text=True).stdout.split()
         for pid in pids:
             with contextlib.suppress(OSError):
@@ -233,6 +305,10 @@ def down(name: str = "hbtb") -> list[str]:
             removed.append(ns)
         shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
         subprocess.run(["ip", "link", "del", bed.veth(host)], capture_output=True)
+    for host in bed.delays:
+        if subprocess.run(["ip", "netns", "del", bed.middle_namespace(host)],
+                          capture_output=True).returncode == 0:
+            removed.append(bed.middle_namespace(host))
     if subprocess.run(["ip", "link", "del", bed.bridge], capture_output=True).returncode == 0:
         removed.append(bed.bridge)
     path.unlink(missing_ok=True)

@@ -151,3 +151,75 @@ def test_real_gloo_ranks_on_two_hosts_meet_by_hostname(bed):
         assert proc.returncode == 0, err[-2000:]
         outputs.append(out.split())
     assert outputs == [["h1", "3.0"], ["h2", "3.0"]]
+
+
+#: Echoes one byte at a time, then hashes a bulk transfer; the client times the round trips.
+ECHO = """
+import hashlib, socket
+server = socket.create_server(("0.0.0.0", 5556)); print("ready", flush=True)
+conn, _ = server.accept(); conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+for _ in range(20):
+    conn.sendall(conn.recv(1))
+digest = hashlib.sha256()
+while chunk := conn.recv(1 << 16):
+    digest.update(chunk)
+print(digest.hexdigest(), flush=True)
+"""
+PING = """
+import hashlib, os, socket, statistics, sys, time
+conn = socket.create_connection((sys.argv[1], 5556), timeout=20)
+conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+rtts = []
+for _ in range(20):
+    start = time.perf_counter(); conn.sendall(b"x"); conn.recv(1)
+    rtts.append(time.perf_counter() - start)
+data = os.urandom(2 << 20)
+conn.sendall(data); conn.shutdown(socket.SHUT_WR)
+print(statistics.median(rtts), hashlib.sha256(data).hexdigest(), flush=True)
+"""
+
+
+def _round_trip(bed, client: str, server: str) -> tuple[float, bool]:
+    """The median round trip (s) of a one-byte ping-pong, and whether 2 MB arrived intact."""
+    echo = bed.popen(server, [sys.executable, "-c", ECHO], stdout=subprocess.PIPE, text=True)
+    try:
+        assert echo.stdout.readline().strip() == "ready"
+        ping = bed.run(client, [sys.executable, "-c", PING, server], capture_output=True,
+                       text=True, timeout=60)
+        assert ping.returncode == 0, ping.stderr
+        rtt, sent = ping.stdout.split()
+        received = echo.stdout.readline().strip()
+    finally:
+        echo.kill()
+        echo.wait()
+    return float(rtt), sent == received
+
+
+def test_a_delayed_host_adds_its_delay_each_way_and_delivers_every_byte():
+    """h2's link delayed 10 ms each way by the user-space delay line: a round trip h1-h2 takes
+    20 ms more than h1-h3's, bytes arrive intact through it, and down removes its namespace and
+    its process."""
+    name = _bed_name()
+    testbed.down(name)
+    bed = testbed.up(name, hosts=3, delays={"h2": 0.010})
+    try:
+        line = subprocess.run(["ip", "netns", "pids", bed.middle_namespace("h2")],
+                              capture_output=True, text=True).stdout.split()
+        assert line, "no delay line runs in the middle namespace"
+        delayed, intact_delayed = _round_trip(bed, "h1", "h2")
+        direct, intact_direct = _round_trip(bed, "h1", "h3")
+        assert intact_delayed and intact_direct
+        assert 0.020 <= delayed - direct < 0.030, (delayed, direct)
+    finally:
+        testbed.down(name)
+    assert _leftovers(name) == []
+    assert all(not Path(f"/proc/{pid}").exists() for pid in line)
+
+
+def test_a_delay_without_a_host_or_above_ten_seconds_is_refused(bench):
+    name = _bed_name()
+    for flag in ("h7=10ms", "h2=11", "h2=soon"):
+        refused = bench("testbed", "up", "--name", name, "--hosts", "2", "--delay", flag)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, flag
+        assert flag.split("=")[0] in refused.stderr or "soon" in refused.stderr
+    assert _leftovers(name) == []

@@ -26,6 +26,21 @@ def test_a_parameter_servers_nic_bounds_its_workers(tmp_path):
     assert summary["simulated"] and "NIC 0.01 Gbit/s" in summary["sim"]["network"]
 
 
+def test_a_dpsgd_ring_on_link_bound_nics_sends_while_its_peers_are_not_yet_ready(tmp_path):
+    """Each worker of a ring sends its model to its two neighbours when it is ready (as the
+    emulator queues a send when it is posted): its NIC is busy for 2 messages an iteration,
+    compute overlaps nothing, so an iteration is compute + 2 messages' time (+ latency), as
+    the emulated runs measured (docs/results/2026-11-26-shaped-links.md). Booking each
+    message only once the receiver's exchange began left NICs idle: 1.3x that."""
+    network = {"workers_per_node": 1, "nic_gbps": 0.01, "inter_gbps": 100,
+               "inter_latency_us": 0}
+    config, summary = _sim(tmp_path, "dpsgd", network, workers=4)
+    message_s = layout(config).model_bytes / (0.01 * GBIT)
+    per_iteration = summary["train_wall_s"] / 40
+    assert 0.05 + 2 * message_s <= per_iteration * 1.001
+    assert per_iteration < 1.05 * (0.05 + 2 * message_s), (per_iteration, message_s)
+
+
 def test_inter_node_rings_and_slow_nics_cost_what_the_cluster_says(tmp_path):
     one_node = {"workers_per_node": 8, "intra_gbps": 100, "nic_gbps": 0.01}
     two_nodes = {**one_node, "workers_per_node": 4}
