@@ -85,6 +85,7 @@ ALGORITHMS: Registry = Registry("algorithm", "hetbench.algorithms", {
 WORKLOADS: Registry = Registry("workload", "hetbench.workloads", {
     "svm": "hetbench.workloads.svm:LinearSVM",
     "mlp-digits": "hetbench.workloads.mlp_digits:MLPDigits",
+    "mlp-clusters": "hetbench.workloads.mlp_clusters:MLPClusters",
     "cnn-cifar10": "hetbench.workloads.cnn_cifar10:CNNCifar10",
     "resnet18": "hetbench.workloads.resnet:ResNet18",
     "resnet50": "hetbench.workloads.resnet:ResNet50",

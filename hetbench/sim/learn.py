@@ -43,7 +43,7 @@ from hetbench.errors import UserError
 from hetbench.workloads.data import ShardedBatches
 
 #: Workloads whose models the learning simulator trains (small models on data that ships).
-LEARNABLE_WORKLOADS = ("mlp-digits", "svm", "cnn-cifar10")
+LEARNABLE_WORKLOADS = ("mlp-digits", "mlp-clusters", "svm", "cnn-cifar10")
 #: The fewest models a gradient batch holds (Learner._batch_gradients pads smaller ones).
 MIN_BATCH = 4
 

@@ -37,6 +37,27 @@ def test_a_learned_simulation_ends_with_the_real_runs_models(tmp_path, algorithm
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("algorithm, options", [("allreduce", {}), ("dpsgd", {})])
+def test_the_clusters_workload_learned_ends_with_the_real_runs_models(tmp_path, algorithm,
+                                                                     options):
+    """mlp-clusters (issue 46's nonlinear workload), as the digits above: 4 real ranks and the
+    learned simulation of the same lockstep run end with the same models."""
+    fields = dict(algorithm=algorithm, workload="mlp-clusters", workers=4, iterations=25,
+                  warmup_iterations=2, pace_ms=5, seed=3, save_models=True,
+                  algorithm_options=options,
+                  workload_options={"momentum": 0.9, "samples": 4096, "test_samples": 512,
+                                    "batch_size": 16})
+    real = run_config(tmp_path / "real", **fields)
+    assert real["status"] == "ok", real["cause"]
+    assert real["synthetic"] is True
+    simulated = simulate(RunConfig(learn=True, **fields), MODELS, tmp_path / "sim")
+    for a, b in zip(final_models(tmp_path / "real", 4), final_models(simulated.run_dir, 4),
+                    strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    assert simulated.summary["final_test_accuracy"] == pytest.approx(
+        real["final_test_accuracy"], abs=1e-3)
+
+
 def test_learned_all_reduce_is_single_process_sgd_on_the_union_of_the_minibatches(tmp_path):
     config = RunConfig(algorithm="allreduce", workload="mlp-digits", workers=8, iterations=25,
                        warmup_iterations=2, pace_ms=5, seed=4, save_models=True, learn=True)
