@@ -49,26 +49,34 @@ workers_per_node = 2
 group_size = 2
 """
 
-#: How runs start across hosts, one a day in the multi-host suites: torchrun and mpirun
-#: through the bed's agent, a SLURM cluster, and torchrun through ssh.
-ACROSS_HOSTS = ["torchrun", "mpi", "slurm", "ssh"]
+#: The multi-host suites' half-minute cases, one a day: how runs start across hosts (torchrun
+#: and mpirun through the bed's agent, a SLURM cluster, torchrun through ssh), and a host whose
+#: clock is 50 ms ahead (comm/clock.py's own tests run every day).
+ACROSS_HOSTS = ["torchrun", "mpi", "slurm", "ssh", "clock"]
 
 
-def is_today(case: str, cases: list[str]) -> bool:
-    """Whether `case` is today's one of `cases`: suites whose cases each take half a minute or
-    more (chaos, runs across hosts, host faults) run one a day, in turn, so that CI stays
-    within its time and every case runs within len(cases) days. HETBENCH_TEST_ALL=1 runs
-    them all."""
-    return (os.environ.get("HETBENCH_TEST_ALL") == "1"
-            or case == cases[rotation_day() % len(cases)])
+def cases_of_today(cases: list[str], per_day: int = 1) -> list[str]:
+    """Today's `per_day` of `cases`, in turn: every case runs within len(cases) / per_day
+    days."""
+    start = rotation_day() * per_day
+    return [cases[(start + i) % len(cases)] for i in range(min(per_day, len(cases)))]
 
 
-def skip_unless_today(case: str, cases: list[str]) -> None:
-    """pytest.skip unless is_today(case, cases), saying which case is today's."""
+def is_today(case: str, cases: list[str], per_day: int = 1) -> bool:
+    """Whether `case` is among today's of `cases`: suites whose cases each take many seconds
+    (chaos, runs across hosts, host faults, bench's signals, stragglers' faults) run a few a
+    day, in turn, so that CI stays within its time and every case runs within a few days.
+    HETBENCH_TEST_ALL=1 runs them all."""
+    return os.environ.get("HETBENCH_TEST_ALL") == "1" or case in cases_of_today(cases, per_day)
+
+
+def skip_unless_today(case: str, cases: list[str], per_day: int = 1) -> None:
+    """pytest.skip unless is_today(case, cases, per_day), saying which are today's."""
     import pytest
 
-    if not is_today(case, cases):
-        pytest.skip(f"rotated by day: today's is {cases[rotation_day() % len(cases)]} "
+    if not is_today(case, cases, per_day):
+        today = ", ".join(cases_of_today(cases, per_day))
+        pytest.skip(f"rotated by day: today's {'is' if per_day == 1 else 'are'} {today} "
                     f"(HETBENCH_TEST_DAY={rotation_day()}; HETBENCH_TEST_ALL=1 runs every one)")
 
 

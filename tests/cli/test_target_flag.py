@@ -20,7 +20,8 @@ def test_target_flag_equals_the_matrix_key(tmp_path, bench):
                                if line.strip()]
         assert ids != [line.split()[0] for line in plain.stdout.splitlines() if line.strip()]
     out = tmp_path / "real"
-    ran = bench("run", tmp_path / "plain.toml", "--target", "accuracy:0.8", "--out", out)
+    ran = bench("run", tmp_path / "plain.toml", "--target", "accuracy:0.8", "--algorithms",
+                "allreduce", "--out", out)
     assert ran.returncode == 0, ran.stderr
     report = bench("report", out)
     assert report.returncode == 0, report.stderr

@@ -19,7 +19,8 @@ from hetbench.core.config import RunConfig
 from hetbench.errors import UserError
 from tests.helpers import events, rotation_day, run_config
 
-CASES = 20
+#: Cases a day, from a window of the pool that moves daily (each 1-4 s).
+CASES = 12
 POOL = 400
 
 

@@ -21,7 +21,7 @@ from hetbench.core.config import RunConfig
 from hetbench.harness.launch import make_launcher
 from hetbench.harness.launch.external import prepare, summarize_run_dir
 from hetbench.harness.launch.local import LocalLauncher
-from tests.helpers import events, final_models
+from tests.helpers import events, final_models, skip_unless_today
 
 # Short runs whose outcome is deterministic for a seed: fixed iterations, no slowdown, one
 # evaluation at the end (the wall-clock snapshots are the only timing-dependent records).
@@ -149,6 +149,7 @@ def test_slurm_job_through_submitits_local_executor_matches_the_local_launcher(
 
 @pytest.mark.slow
 def test_a_killed_rank_fails_the_slurm_job_with_its_cause(tmp_path):
+    skip_unless_today("killed-slurm", LAUNCHER_FAULTS, per_day=2)
     config = config_for("allreduce", "slurm", fault="kill@1:3", iterations=40)
     summary = make_launcher("slurm", options={"cluster": "local"}).run(config, tmp_path)
     assert summary["status"] == "failed"
@@ -181,11 +182,17 @@ def test_a_matrix_runs_as_slurm_jobs_from_the_cli(tmp_path, bench):
 
 # One-machine torchrun (`bench run --launcher torchrun`) runs in the services, kill and hang
 # tests below; result equality with the local launcher is the two-node test's job.
+#: The slow launcher faults (8-13 s each, the same failure path under different launchers):
+#: two a day, in turn; and one of the two services cases a day.
+LAUNCHER_FAULTS = ["killed-slurm", "killed-torchrun", "killed-mpi", "hung-torchrun",
+                   "killed-torchrun-node"]
+SERVICES_CASES = ["bench-starts-them", "rank-0-starts-them"]
 
 
 @pytest.mark.slow
 def test_prague_smart_services_run_under_torchrun(tmp_path):
     """The Group Generator (a service) started by `bench run` beside the torchrun job."""
+    skip_unless_today("bench-starts-them", SERVICES_CASES)
     config = RunConfig(algorithm="prague-smart", algorithm_options={"group_size": 2},
                        launcher="torchrun", **BASE)
     summary = make_launcher("torchrun").run(config, tmp_path)
@@ -197,6 +204,7 @@ def test_prague_smart_services_run_under_torchrun(tmp_path):
 def test_rank_0_starts_the_services_when_torchrun_runs_without_bench(tmp_path):
     """No `bench run` beside the job: global rank 0 starts the Group Generator and hands its
     address to the other ranks through the store (all on loopback here, so all reach it)."""
+    skip_unless_today("rank-0-starts-them", SERVICES_CASES)
     config = RunConfig(algorithm="prague-smart", algorithm_options={"group_size": 2},
                        launcher="torchrun", **BASE)
     codes = run_two_torchrun_nodes(tmp_path, config)
@@ -210,6 +218,7 @@ def test_rank_0_starts_the_services_when_torchrun_runs_without_bench(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["torchrun", pytest.param("mpi", marks=needs_mpi)])
 def test_a_killed_rank_fails_the_run_with_its_cause(tmp_path, launcher):
+    skip_unless_today(f"killed-{launcher}", LAUNCHER_FAULTS, per_day=2)
     config = config_for("allreduce", launcher, fault="kill@1:3", iterations=40)
     summary = make_launcher(launcher).run(config, tmp_path)
     assert summary["status"] == "failed"
@@ -219,6 +228,7 @@ def test_a_killed_rank_fails_the_run_with_its_cause(tmp_path, launcher):
 
 @pytest.mark.slow
 def test_a_hung_rank_under_torchrun_is_named(tmp_path):
+    skip_unless_today("hung-torchrun", LAUNCHER_FAULTS, per_day=2)
     config = config_for("allreduce", "torchrun", fault="hang@1:3", iterations=40,
                         comm_timeout_s=5.0)
     summary = make_launcher("torchrun").run(config, tmp_path)
@@ -228,6 +238,7 @@ def test_a_hung_rank_under_torchrun_is_named(tmp_path):
 
 @pytest.mark.slow
 def test_a_killed_rank_on_a_torchrun_node_fails_the_summary(tmp_path):
+    skip_unless_today("killed-torchrun-node", LAUNCHER_FAULTS, per_day=2)
     config = config_for("allreduce", "torchrun", fault="kill@2:3", iterations=40)
     codes = run_two_torchrun_nodes(tmp_path, config)
     assert any(code != 0 for code in codes)

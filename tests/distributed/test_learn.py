@@ -111,7 +111,8 @@ def test_learned_runs_are_evaluated_like_real_ones(tmp_path):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--algorithms", "allreduce", "--workloads", "transformer"], "trains mlp-digits, svm"),
+    (["--algorithms", "allreduce", "--workloads", "transformer"],
+     "trains mlp-digits, mlp-clusters, svm"),
     (["--algorithms", "allreduce", "--workloads", "mlp-digits", "--workers", "100"],
      "shard has"),
 ])

@@ -3,6 +3,7 @@ names and addresses, a shaped link, a shifted clock; refused without root; nothi
 also when set-up fails (issue 43). Real namespaces, real TCP between them."""
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -199,6 +200,8 @@ def test_a_delayed_host_adds_its_delay_each_way_and_delivers_every_byte():
     """h2's link delayed 10 ms each way by the user-space delay line: a round trip h1-h2 takes
     20 ms more than h1-h3's, bytes arrive intact through it, and down removes its namespace and
     its process."""
+    if shutil.which("ethtool") is None:
+        pytest.skip("the delay line needs ethtool (apt-get install ethtool; .ci/run does)")
     name = _bed_name()
     testbed.down(name)
     bed = testbed.up(name, hosts=3, delays={"h2": 0.010})
