@@ -49,10 +49,14 @@ workers_per_node = 2
 group_size = 2
 """
 
-#: The multi-host suites' half-minute cases, one a day: how runs start across hosts (torchrun
-#: and mpirun through the bed's agent, a SLURM cluster, torchrun through ssh), and a host whose
-#: clock is 50 ms ahead (comm/clock.py's own tests run every day).
-ACROSS_HOSTS = ["torchrun", "mpi", "slurm", "ssh", "clock"]
+#: The half-minute cases, one of them a day, in turn (each within eleven days): the three chaos
+#: suites (tests/distributed/test_chaos.py), and the multi-host suites' cases: how runs start
+#: across hosts (torchrun and mpirun through the bed's agent, a SLURM cluster, torchrun through
+#: ssh), a host whose clock is 50 ms ahead (comm/clock.py's own tests run every day), and the
+#: three host faults (tests/distributed/test_multihost_faults.py).
+HALF_MINUTE_CASES = ["test_chaos", "torchrun", "link_down", "test_chaos_launcher_deaths", "mpi",
+                     "host_killed", "slurm", "test_chaos_on_the_results_directory", "ssh",
+                     "services_host_lost", "clock"]
 
 
 def cases_of_today(cases: list[str], per_day: int = 1) -> list[str]:

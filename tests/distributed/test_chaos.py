@@ -23,10 +23,10 @@ from hetbench.harness.launch.local import LocalLauncher
 from tests.distributed.test_faults import BOUND_S, assert_no_survivors
 from tests.distributed.test_launchers import HAVE_MPI
 from tests.distributed.test_signals import GONE_S, TAG_ENV, gone_within
-from tests.helpers import rotation_day, skip_unless_today
+from tests.helpers import HALF_MINUTE_CASES, rotation_day, skip_unless_today
 
-#: The three chaos suites take half a minute each: one a day, in turn (skip_unless_today).
-CHAOS_TESTS = ["test_chaos", "test_chaos_launcher_deaths", "test_chaos_on_the_results_directory"]
+# The three chaos suites take half a minute each: one a day at most, in turn with the
+# multi-host suites' half-minute cases (tests.helpers.HALF_MINUTE_CASES).
 
 #: CI runs 6 (about 30 s on 2 cores; 25, 15, 12, then 8, until the suite passed 20 minutes),
 #: different ones each day (their generator is seeded with tests.helpers.rotation_day);
@@ -60,7 +60,7 @@ def random_run(rng: np.random.Generator, index: int) -> dict:
 @pytest.mark.slow
 @pytest.mark.timeout(1500)  # 100 real runs take about 6 minutes on 2 cores
 def test_chaos(tmp_path):
-    skip_unless_today("test_chaos", CHAOS_TESTS)
+    skip_unless_today("test_chaos", HALF_MINUTE_CASES)
     rng = np.random.default_rng([20261122, rotation_day()])
     tally = {"runs": 0, "hangs": 0, "ok": 0, "failed_with_correct_cause": 0,
              "wrong_outcome": [], "lost_records": 0, "max_run_s": 0.0}
@@ -109,7 +109,7 @@ def test_chaos_launcher_deaths(tmp_path, bench_cmd, cli_env):
     rendezvous, training) under a random launcher. Within GONE_S no process of the run is alive,
     a caught signal exits 128 + its number with the run marked interrupted by its name, and no
     run is left looking finished."""
-    skip_unless_today("test_chaos_launcher_deaths", CHAOS_TESTS)
+    skip_unless_today("test_chaos_launcher_deaths", HALF_MINUTE_CASES)
     rng = np.random.default_rng(20261123)  # 3-4 workers: a 2-worker ring leaves Hop no backup
     launchers = ["local", "torchrun"] + (["mpi"] if HAVE_MPI else [])
     outcomes = []
@@ -161,7 +161,7 @@ def test_chaos_on_the_results_directory(tmp_path, bench_cmd, cli_env):
     stray temp file of an interrupted write). `bench report` always writes a report and names
     the damaged run; the next `bench run` redoes a run whose summary is gone, skips the rest;
     no record is lost."""
-    skip_unless_today("test_chaos_on_the_results_directory", CHAOS_TESTS)
+    skip_unless_today("test_chaos_on_the_results_directory", HALF_MINUTE_CASES)
     rng = np.random.default_rng(20261126)
     matrix = tmp_path / "m.toml"
     matrix.write_text('algorithms = ["allreduce", "dpsgd"]\nworkloads = ["mlp-digits"]\n'

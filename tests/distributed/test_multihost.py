@@ -27,8 +27,8 @@ from hetbench import testbed
 from hetbench.core.record import read_events
 from hetbench.reports.waits import run_waits
 from tests.helpers import (
-    ACROSS_HOSTS,
     ACROSS_HOSTS_MATRIX,
+    HALF_MINUTE_CASES,
     LOCKSTEP,
     QUICK_ALGORITHMS,
     cases_of_today,
@@ -114,7 +114,7 @@ def run_dirs(out: Path) -> dict[str, Path]:
 @pytest.mark.parametrize("launcher", ["torchrun", "mpi"])
 def test_todays_algorithms_run_across_three_hosts_and_match_one_machine(bed, tmp_path, bench,
                                                                          launcher):
-    skip_unless_today(launcher, ACROSS_HOSTS)  # one launcher a day (slurm: test_slurm_bed)
+    skip_unless_today(launcher, HALF_MINUTE_CASES)  # one launcher a day (slurm: test_slurm_bed)
     algorithms = todays(QUICK, 0 if launcher == "torchrun" else 1)
     done = run_across(bed, tmp_path, launcher, algorithms)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -182,8 +182,8 @@ def _end_spreads_ms(run_dir: Path, unshift: dict[int, int]) -> list[float]:
             for ends in [[events[r][k]["t_end"] - unshift.get(r, 0) for r in range(4)]]]
 
 
-@pytest.mark.skipif(not is_today("clock", ACROSS_HOSTS),
-                    reason=f"rotated by day: today's is {cases_of_today(ACROSS_HOSTS)[0]} "
+@pytest.mark.skipif(not is_today("clock", HALF_MINUTE_CASES),
+                    reason=f"rotated by day: today's is {cases_of_today(HALF_MINUTE_CASES)[0]} "
                            "(HETBENCH_TEST_ALL=1 runs every one)")
 def test_a_host_whose_clock_is_50_ms_ahead_changes_no_figure(bed, shifted_bed, tmp_path,
                                                              bench):
@@ -286,7 +286,7 @@ def test_ssh_starts_the_other_hosts_and_a_stopped_run_leaves_nothing_there(bed, 
     """The default kind of agent, for real: ssh to an OpenSSH server on h2 (bench on h1 starts
     h1's node itself). One run to its end; then one stopped by SIGTERM mid-run, whose node on h2
     learns it through ssh closing its stdin and takes its ranks down."""
-    skip_unless_today("ssh", ACROSS_HOSTS)
+    skip_unless_today("ssh", HALF_MINUTE_CASES)
     matrix = tmp_path / "hosts.toml"
     matrix.write_text(MATRIX)
     done = bench_on(bed, "h1", "run", str(matrix), "--algorithms", "allreduce", "--launcher",

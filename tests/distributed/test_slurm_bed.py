@@ -21,8 +21,8 @@ import pytest
 from hetbench import testbed
 from hetbench.testbed import slurm as slurm_cluster
 from tests.helpers import (
-    ACROSS_HOSTS,
     ACROSS_HOSTS_MATRIX,
+    HALF_MINUTE_CASES,
     LOCKSTEP,
     QUICK_ALGORITHMS,
     final_models,
@@ -44,7 +44,7 @@ def _missing() -> str | None:
 pytestmark = [
     pytest.mark.skipif(_missing() is not None, reason=str(_missing())),
     # One launcher across hosts a day (tests/distributed/test_multihost.py has the others).
-    pytest.mark.skipif(not is_today("slurm", ACROSS_HOSTS),
+    pytest.mark.skipif(not is_today("slurm", HALF_MINUTE_CASES),
                        reason="rotated by day: another launcher runs across hosts today "
                               "(HETBENCH_TEST_ALL=1 runs every one)"),
 ]
