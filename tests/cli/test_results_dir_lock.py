@@ -107,7 +107,10 @@ def test_a_writer_killed_outright_leaves_no_lock(tmp_path, bench, bench_cmd, cli
 def test_sim_is_refused_while_a_run_writes_and_report_counts_runs_in_progress(tmp_path, bench,
                                                                             bench_cmd, cli_env):
     matrix = tmp_path / "race.toml"
-    matrix.write_text(MATRIX.replace("iterations = 150", "iterations = 400"))
+    # The writer must still be training when `bench report` runs, after `bench sim` (each a
+    # few seconds of start-up on a loaded machine): 400 iterations (4 s) once ended first.
+    # 5000 is 50 s of pacing; it is killed as soon as both have run.
+    matrix.write_text(MATRIX.replace("iterations = 150", "iterations = 5000"))
     out = tmp_path / "results"
     first = bench("run", matrix, "--out", out, "--algorithms", "allreduce", "--iterations", 20)
     assert first.returncode == 0, first.stderr

@@ -20,7 +20,7 @@ from hetbench.errors import UserError
 from tests.helpers import events, rotation_day, run_config
 
 #: Cases a day, from a window of the pool that moves daily (each 1-4 s).
-CASES = 8
+CASES = 6
 POOL = 400
 
 

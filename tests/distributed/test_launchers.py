@@ -129,6 +129,7 @@ def test_two_torchrun_nodes_match_the_local_launcher(tmp_path, local_results, al
 @pytest.mark.parametrize("algorithm", ["allreduce",
                                        pytest.param("prague-static", marks=pytest.mark.slow)])
 def test_mpirun_with_four_ranks_matches_the_local_launcher(tmp_path, local_results, algorithm):
+    skip_unless_today(algorithm, ["allreduce", "prague-static"])  # one a day, 8-9 s each
     summary = make_launcher("mpi").run(config_for(algorithm, "mpi"), tmp_path)
     assert summary["status"] == "ok", summary["cause"]
     assert summary["launcher"] == "mpi"
@@ -137,6 +138,7 @@ def test_mpirun_with_four_ranks_matches_the_local_launcher(tmp_path, local_resul
 
 def test_slurm_job_through_submitits_local_executor_matches_the_local_launcher(
         tmp_path, local_results):
+    skip_unless_today("executor", SUBMITIT_CASES)  # submitit's local executor: one a day
     # The same job a cluster would get (one task per rank, rank 0's store address through the
     # run directory), run by submitit's local executor on this machine.
     launcher = make_launcher("slurm", options={"cluster": "local"})
@@ -158,6 +160,7 @@ def test_a_killed_rank_fails_the_slurm_job_with_its_cause(tmp_path):
 
 
 def test_a_matrix_runs_as_slurm_jobs_from_the_cli(tmp_path, bench):
+    skip_unless_today("cli", SUBMITIT_CASES)
     matrix = tmp_path / "m.toml"
     matrix.write_text('algorithms = ["allreduce"]\nworkloads = ["mlp-digits"]\nworkers = [2]\n'
                       'iterations = 10\nlauncher = "slurm"\n[slurm]\ncluster = "local"\n'
@@ -187,6 +190,9 @@ def test_a_matrix_runs_as_slurm_jobs_from_the_cli(tmp_path, bench):
 LAUNCHER_FAULTS = ["killed-slurm", "killed-torchrun", "killed-mpi", "hung-torchrun",
                    "killed-torchrun-node"]
 SERVICES_CASES = ["bench-starts-them", "rank-0-starts-them"]
+#: The two runs through submitit's local executor (10-12 s each), one a day (a real SLURM
+#: cluster runs them in tests/distributed/test_slurm_bed.py).
+SUBMITIT_CASES = ["executor", "cli"]
 
 
 @pytest.mark.slow
