@@ -189,7 +189,7 @@ class DPSGDSim(Protocol):
         #: booked a ring's messages in receiver order and held NICs idle meanwhile).
         #: delivered[(src, dst, k)]: when src's k-th model reaches dst; out[(x, k)]: when x's
         #: k-th sends are out of its NIC.
-        self.sends_queue = getattr(self.net, "queues_at_nics", False)
+        self.sends_queue = self.net.queues_at_nics
         self.delivered: dict[tuple[int, int, int], float] = {}
         self.out: dict[tuple[int, int], float] = {}
 

@@ -7,7 +7,7 @@ import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from hetbench.core.config import RunConfig
 from hetbench.errors import UserError
@@ -28,6 +28,8 @@ class NetworkModel:
 
     #: Latency per message, seconds.
     alpha_s: float = 20e-6
+    #: Messages queue nowhere (ClusterNetwork's queue at NICs from when they are posted).
+    queues_at_nics: ClassVar[bool] = False
     #: Bandwidth per link, bytes per second.
     beta_bytes_per_s: float = 10e9 / 8
     #: Seconds to build a P-Reduce member communicator (a member-set cache miss).
