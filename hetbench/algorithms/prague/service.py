@@ -186,6 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     args = parser.parse_args(argv)
     # Its parent is bench (or rank 0): if that is killed outright, stop too (SIGTERM: cleanly).
+    parent = os.getppid()
     die_with_parent(signal.SIGTERM)
     spec = json.loads(args.spec)
     generator = GroupGenerator(spec.pop("workers"), spec.pop("group_size"), **spec)
@@ -193,7 +194,9 @@ def main(argv: list[str] | None = None) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print(f"port {port}", flush=True)  # the launcher reads this line
-    while not stop.wait(0.5):  # a timed wait, so the SIGTERM handler gets to run
+    # A timed wait, so the SIGTERM handler gets to run; the parent check backs up the death
+    # signal (which Linux ties to the parent's thread that started this process).
+    while not stop.wait(0.5) and os.getppid() == parent:
         pass
     # gRPC's stop can hang while an RPC is in flight (grpc/grpc#40834), and the interpreter's
     # exit joins the server's handler threads: a Group Generator outliving a SIGKILLed bench by
