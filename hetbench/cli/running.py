@@ -14,7 +14,7 @@ def variant_names_of(configs) -> dict[str, str]:
     from hetbench.core.variants import variant_names, with_network
 
     names = variant_names((c.algorithm, c.workload, c.algorithm_options,
-                           with_network(c.workload_options, c.network)) for c in configs)
+                           with_network(c.workload_options, c.network, c.timing)) for c in configs)
     return {c.run_id: name for c, name in zip(configs, names, strict=True)}
 
 

@@ -90,7 +90,7 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
 
     shards_checked = set()
     for config in configs:  # what cannot be simulated fails before anything runs
-        models.compute.seconds(config)
+        models.compute.seconds(config.timing_config)
         protocol = simulated_protocol(config)
         if config.learn:
             from hetbench.sim.learn import check_learnable, check_shards

@@ -67,6 +67,10 @@ class RunConfig:
     network: dict[str, Any] = field(default_factory=dict)
     #: `bench sim --learn`: the simulated workers train real models (sim/learn.py).
     learn: bool = False
+    #: A learned simulation's costs from another workload (a matrix's [timing] table:
+    #: `workload = "resnet50"` and that workload's options, e.g. compute_preset): its message
+    #: sizes and compute time, while the math stays `workload`'s; {} = the workload's own.
+    timing: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.workers < 2:
@@ -110,7 +114,7 @@ class RunConfig:
         algo_cls.validate(algo_cfg, self.workers)
         load_cls = self.workload_class()
         load_cfg = build_config(load_cls.Config, self.workload_options, f"workload {self.workload}")
-        load_cfg = self._with_preset_compute(load_cfg)
+        load_cfg = _with_preset_compute(self.workload, self.workload_options, load_cfg)
         load_cls.validate(load_cfg)
         if getattr(load_cfg, "compute", "real") == "emulated" and (
                 why := algo_cls.needs_real_compute(algo_cfg)):
@@ -128,6 +132,9 @@ class RunConfig:
             if why := algo_cls.outside_comm(algo_cfg):
                 raise UserError(f"algorithm {self.algorithm}: {why}, so a network model cannot "
                                 "shape it; drop [network] or use a Comm implementation")
+        if self.timing:
+            object.__setattr__(self, "timing", self._resolved_timing())
+            self.timing_config  # noqa: B018 (validates the timing workload's run now)
         from hetbench.core.faults import parse_fault
 
         parse_fault(self.fault, self.workers)
@@ -157,22 +164,36 @@ class RunConfig:
                             " or an address of this host")
         object.__setattr__(self, "hosts", ",".join(f"{h.host}:{h.slots}" for h in hosts))
 
-    def _with_preset_compute(self, load_cfg):
-        """The workload's options with compute_ms from its compute_preset, if it names one."""
-        preset = getattr(load_cfg, "compute_preset", "")
-        if not preset:
-            return load_cfg
-        from hetbench.core.compute_presets import preset_compute_ms
+    def _resolved_timing(self) -> dict[str, Any]:
+        """The [timing] table with its workload's options resolved (defaults, preset compute),
+        or UserError in one line."""
+        from hetbench.core.registry import WORKLOADS
 
-        if load_cfg.compute != "emulated":
-            raise UserError(f"workload {self.workload}: compute_preset {preset!r} sets the "
-                            "emulated compute time; it needs compute = \"emulated\"")
-        ms = preset_compute_ms(preset, self.workload, load_cfg)
-        given = self.workload_options.get("compute_ms")
-        if given is not None and given != ms:  # a config.json read back holds the preset's
-            raise UserError(f"workload {self.workload}: compute_ms = {given} and compute_preset "
-                            f"{preset!r} ({ms} ms) disagree; set one of them")
-        return dataclasses.replace(load_cfg, compute_ms=ms)
+        options = dict(self.timing)
+        name = options.pop("workload", None)
+        if not isinstance(name, str) or not name:
+            raise UserError("[timing] needs `workload = \"NAME\"`: the workload whose message "
+                            "sizes and compute time the simulation takes")
+        if not self.learn:
+            raise UserError("[timing] gives a learned simulation (bench sim --learn) another "
+                            f"workload's costs; without learning, simulate {name} itself "
+                            "(put it in `workloads`)")
+        cls = WORKLOADS.get(name)
+        cfg = build_config(cls.Config, options, f"[timing] workload {name}")
+        cfg = _with_preset_compute(name, options, cfg)
+        cls.validate(cfg)
+        return {"workload": name, **dataclasses.asdict(cfg)}
+
+    @functools.cached_property
+    def timing_config(self) -> RunConfig:
+        """The config whose costs a simulation plays: this one, or with [timing] the same run
+        of the timing workload (its messages and compute; never its math)."""
+        if not self.timing:
+            return self
+        options = dict(self.timing)
+        workload = options.pop("workload")
+        return dataclasses.replace(self, workload=workload, workload_options=options, timing={},
+                                   learn=False, target="")
 
     # -- components --------------------------------------------------------------------------
     def algorithm_class(self):
@@ -258,6 +279,8 @@ class RunConfig:
             identity.pop("learn")
         if not identity["hosts"]:  # and runs on one machine
             identity.pop("hosts")
+        if not identity["timing"]:  # and simulations with the workload's own costs
+            identity.pop("timing")
         # Likewise for options added to an algorithm or workload after runs of it were stored.
         for key, config_cls in (("algorithm_options", self.algorithm_class().Config),
                                 ("workload_options", self.workload_class().Config)):
@@ -277,5 +300,25 @@ class RunConfig:
     def label(self, name: str | None = None) -> str:
         """One line for progress and listings; `name` is the algorithm's variant name when a
         matrix runs it with several option sets (hetbench.core.variants)."""
-        return (f"{name or self.algorithm} {self.workload} w={self.workers} {self.slowdown} "
-                f"seed={self.seed}")
+        timing = f" (timing of {self.timing['workload']})" if self.timing else ""
+        return (f"{name or self.algorithm} {self.workload}{timing} w={self.workers} "
+                f"{self.slowdown} seed={self.seed}")
+
+
+def _with_preset_compute(workload: str, given_options: dict[str, Any], load_cfg):
+    """A workload's resolved options with compute_ms from its compute_preset, if it names one
+    (`given_options`: as the matrix gave them)."""
+    preset = getattr(load_cfg, "compute_preset", "")
+    if not preset:
+        return load_cfg
+    from hetbench.core.compute_presets import preset_compute_ms
+
+    if load_cfg.compute != "emulated":
+        raise UserError(f"workload {workload}: compute_preset {preset!r} sets the "
+                        "emulated compute time; it needs compute = \"emulated\"")
+    ms = preset_compute_ms(preset, workload, load_cfg)
+    given = given_options.get("compute_ms")
+    if given is not None and given != ms:  # a config.json read back holds the preset's
+        raise UserError(f"workload {workload}: compute_ms = {given} and compute_preset "
+                        f"{preset!r} ({ms} ms) disagree; set one of them")
+    return dataclasses.replace(load_cfg, compute_ms=ms)

@@ -46,12 +46,25 @@ def variant_names(runs: Iterable[RunOptions]) -> list[str]:
 
 
 def with_network(load_opts: Mapping[str, Any] | None,
-                 network: Mapping[str, Any] | None) -> dict[str, Any]:
+                 network: Mapping[str, Any] | None,
+                 timing: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Workload options plus the run's network model as one more option, so that runs on
     different emulated networks (or on none) are named apart and never averaged together:
     `allreduce[network=prague/x8]`; a run without one is `network=none` (the default: the bare
-    name)."""
-    return {**(load_opts or {}), "network": network_label(network)}
+    name). Likewise a learned simulation's timing workload ([timing]): `timing=resnet50/64/h200`
+    beside `timing=own`."""
+    return {**(load_opts or {}), "network": network_label(network),
+            "timing": timing_label(timing)}
+
+
+def timing_label(timing: Mapping[str, Any] | None) -> str:
+    """`own` (the workload's own costs), or the timing workload, its batch and its compute
+    preset: `resnet50/64/h200`."""
+    if not timing:
+        return "own"
+    preset = timing.get("compute_preset") or ""
+    return "/".join(str(part) for part in (timing.get("workload"), timing.get("batch_size"),
+                                           preset) if part)
 
 
 def network_label(network: Mapping[str, Any] | None) -> str:
@@ -98,7 +111,8 @@ def _defaults(algorithm: str, workload: str) -> dict[str, Any]:
             continue
         found.append({f.name: f.default for f in dataclasses.fields(config_cls)
                       if f.default is not dataclasses.MISSING})
-    found[1]["network"] = "none"  # with_network's option: no network model is the default
+    found[1]["network"] = "none"  # with_network's options: no network model is the default,
+    found[1]["timing"] = "own"  # and the workload's own costs
     return _options(*found)
 
 

@@ -63,8 +63,9 @@ def expand(spec: dict[str, Any]) -> list[RunConfig]:
     # [tune] is bench tune's (hetbench.harness.tune), [slurm] the SLURM launcher's job
     # (hetbench.harness.launch.slurm): neither is part of a run.
     # [network] is the emulated cluster's (hetbench.network.model), the same for every run.
+    # [timing] is a learned simulation's costs from another workload (RunConfig.timing).
     known = set(AXES) | set(SCALARS) | set(TABLES) | {"name", "description", "target", "tune",
-                                                      "slurm", "network"}
+                                                      "slurm", "network", "timing"}
     unknown = sorted(set(spec) - known)
     if unknown:
         raise UserError(
@@ -94,6 +95,10 @@ def expand(spec: dict[str, Any]) -> list[RunConfig]:
             raise UserError(f"matrix: [workload.{name}] names a workload not in `workloads`")
 
     network = resolve_network(spec.get("network"))
+    timing = spec.get("timing", {})
+    if not isinstance(timing, dict):
+        raise UserError(f"matrix: [timing] must be a table (workload = \"NAME\" and its "
+                        f"options), got {timing!r}")
     configs = []
     seen = set()
     for algorithm, workload, workers, slowdown, seed in itertools.product(*axes.values()):
@@ -110,7 +115,7 @@ def expand(spec: dict[str, Any]) -> list[RunConfig]:
                 algorithm=algorithm, workload=workload, workers=workers, slowdown=slowdown,
                 seed=seed, algorithm_options=algo_opts, workload_options=load_opts,
                 matrix=str(spec.get("name", "adhoc")), target=_target_for(spec, workload),
-                network=network, **scalars,
+                network=network, timing=timing, **scalars,
             )
             if config.run_id not in seen:
                 seen.add(config.run_id)

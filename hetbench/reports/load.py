@@ -142,6 +142,7 @@ def load_runs(path: str | Path, scan: Scan | None = None) -> pd.DataFrame:
     for run_dir, config, summary in scan.readable:
         row: dict[str, Any] = {k: config.get(k) for k in CONFIG_COLUMNS}
         row["network_config"] = config.get("network") or {}
+        row["timing_config"] = config.get("timing") or {}
         summary = upgrade(summary) if summary is not None else {
             "status": "incomplete", "cause": "no summary.json (its launcher was killed)"}
         row.update(summary)
@@ -157,8 +158,9 @@ def load_runs(path: str | Path, scan: Scan | None = None) -> pd.DataFrame:
     frame["algorithm_name"] = frame["algorithm"]
     frame["algorithm"] = variant_names(
         zip(frame["algorithm"], frame["workload"], frame["algorithm_options"],
-            [with_network(o, n) for o, n in zip(frame["workload_options"],
-                                                frame["network_config"], strict=True)],
+            [with_network(o, n, t) for o, n, t in zip(frame["workload_options"],
+                                                      frame["network_config"],
+                                                      frame["timing_config"], strict=True)],
             strict=True))
     # `bench sim` marks its runs; real runs carry no flag.
     simulated = frame["simulated"] if "simulated" in frame else pd.Series(False, frame.index)

@@ -250,3 +250,26 @@ def metadata(runs: pd.DataFrame) -> pd.DataFrame:
             "backend": _text(run.get("backend")), "devices": _devices(run.get("devices")),
         })
     return pd.DataFrame(rows)
+
+
+def timing_notes(runs: pd.DataFrame) -> list[str]:
+    """Learned simulations with another workload's costs ([timing]): which numbers are whose,
+    so nobody takes a proxy's accuracy for the timing workload's."""
+    if "timing" not in runs:
+        return []
+    pairs: dict[tuple[str, str], dict] = {}
+    for workload, timing in zip(runs["workload"], runs["timing"], strict=True):
+        if isinstance(timing, dict):
+            pairs.setdefault((workload, timing["workload"]), timing)
+    notes = []
+    for (workload, timing_workload), timing in sorted(pairs.items()):
+        preset = timing.get("compute_preset")
+        notes.append(
+            f"Timing of another workload: the learned simulations of {workload} played "
+            f"{timing_workload}'s costs (batch {timing['batch_size']}, compute "
+            f"{timing['compute_ms']:.2f} ms" + (f" from compute_preset {preset}" if preset else "")
+            + f", {timing['model_bytes'] / 1e6:.1f} MB messages): their throughput (in "
+            f"{timing_workload}'s samples) and seconds are a {timing_workload} job's on the "
+            f"simulated machines; their accuracy, loss, iterations and consensus are those "
+            f"of {workload}, not a {timing_workload}'s.")
+    return notes

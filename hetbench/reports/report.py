@@ -20,6 +20,7 @@ from hetbench.reports.notes import (
     network_notes,
     point_to_point_note,
     reading_notes,
+    timing_notes,
 )
 from hetbench.reports.plots import convergence_plots, headline_plot
 from hetbench.reports.tables import (
@@ -167,6 +168,7 @@ class Report:
                          + (f" {learned} of them simulated (learned): their workers trained "
                             "real models (`bench sim --learn`), so their accuracy and time to "
                             "target are the simulation's, not a real run's." if learned else ""))
+        notes += timing_notes(runs)
         paced = sorted({float(p) for p in runs.get("pace_ms", []) if p and p == p})
         if paced:
             notes.append(f"Pacing on: a floor of {', '.join(f'{p:g}' for p in paced)} ms on "

@@ -49,10 +49,13 @@ class Engine:
         self.allow_lockstep = lockstep
         self.models = models
         self.network = models.for_run(config)
-        self.layout = layout(config)
+        # Message sizes and compute are the timing workload's when the run has one ([timing]:
+        # a cluster's costs over the workload's learning), else the workload's own.
+        costs = config.timing_config
+        self.layout = layout(costs)
         self.n = config.workers
-        self.compute_s = models.compute.seconds(config)
-        self._draw = models.compute.sampler(config)
+        self.compute_s = models.compute.seconds(costs)
+        self._draw = models.compute.sampler(costs)
         self._compute_s = [self.compute_s] * self.n
         self.injector = config.injector()
         self._factor = self.injector.factor
@@ -435,10 +438,26 @@ def _summary(config: RunConfig, models: SimModels, engine: Engine, status: str,
         "absent": [key for key in REAL_ONLY
                    if key not in SOMETIMES or SOMETIMES[key](config)],
     }
+    if config.timing:
+        summary["timing"] = timing_summary(config, engine)
     # A simulated run has no start-up: its wall time is the simulated training span.
     summary["wall_s"] = summary["train_wall_s"]
     summary["sim_s"] = time.time() - started
     return summary
+
+
+def timing_summary(config: RunConfig, engine: Engine) -> dict[str, Any]:
+    """What a run with [timing] took from its timing workload, and what it did not."""
+    timing = config.timing_config
+    options = timing.workload_options
+    return {
+        "workload": timing.workload, "batch_size": options["batch_size"],
+        "compute_preset": options.get("compute_preset") or None,
+        "compute_ms": engine.compute_s * 1e3, "model_bytes": engine.layout.model_bytes,
+        "meaning": (f"message sizes, compute time and samples per iteration are "
+                    f"{timing.workload}'s; the model, data, accuracy, loss, iterations and "
+                    f"consensus are those of {config.workload} (not a {timing.workload}'s accuracy)"),
+    }
 
 
 def _facts(config: RunConfig, stats: dict[str, Any]) -> dict[str, Any]:

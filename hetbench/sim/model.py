@@ -311,7 +311,18 @@ class SimModels:
         return self.network if cluster is None else ClusterNetwork(cluster, self.network)
 
     def to_dict(self, config: RunConfig) -> dict[str, Any]:
-        """The assumptions of one simulated run, for its summary.json."""
+        """The assumptions of one simulated run, for its summary.json (compute and message
+        sizes: its timing workload's when it has one)."""
+        costs = self._costs(config)
+        if not config.timing:
+            return costs
+        timing = config.timing_config
+        return {**costs, "timing_workload": timing.workload,
+                "timing_batch_size": timing.workload_options["batch_size"],
+                "timing_compute_preset": timing.workload_options.get("compute_preset") or None}
+
+    def _costs(self, config: RunConfig) -> dict[str, Any]:
+        config = config.timing_config
         if config.network:
             return {
                 "network": config.cluster().describe(), "cpu_per_message_us": 0.0,

@@ -53,7 +53,9 @@ class EventSink:
         self.run_dir = run_dir
         self.full = full
         self.run_id = config.run_id
-        self.samples = config.workload_options["batch_size"]
+        # With [timing], the timing workload's batch: throughput is what its job would process
+        # on the simulated machines (the learning's own batch is the learner's business).
+        self.samples = config.timing_config.workload_options["batch_size"]
         self._buffers: dict[int, list[str]] = {}
         n = self.workers = config.workers
         #: Per rank, six doubles per event: t_start, t_end, compute, slowdown, comm and wait
