@@ -1,15 +1,18 @@
-"""Issue 37's held-out check: does `bench sim --learn`, its timing fitted to real runs, predict
-their time to target, and keep the order of the algorithms that the real runs separate?
+"""The held-out check of issues 37 and 46: does `bench sim --learn`, its timing fitted to real
+runs, predict their time to target, and keep the order of the algorithms that the real runs
+separate?
 
     .venv/bin/python benchmarks/learn_heldout.py --out results/benchmarks/learn-heldout
+    .venv/bin/python benchmarks/learn_heldout.py --matrix matrices/learn-heldout-clusters.toml \
+        --out results/benchmarks/learn-heldout-clusters
 
-runs matrices/learn-heldout.toml for real (8 workers, mlp-digits, 20 ms pacing, none and prob:5,
-every built-in algorithm) into OUT/real, simulates it with --learn and --fit-from OUT/real into
-OUT/sim, reports both, and writes OUT/heldout.json and a markdown table: per cell the real and
-simulated time to 85% test accuracy and the error; and every pair of algorithms (same slowdown)
-whose real times differ by more than 20%, with whether the simulation orders them alike.
-The timing is fitted from the real runs; what is held out is the learning.
-`--skip-real` reuses OUT/real.
+runs the matrix for real (default matrices/learn-heldout.toml: 8 workers, mlp-digits, 20 ms
+pacing, none and prob:5, every built-in algorithm) into OUT/real, simulates it with --learn and
+--fit-from OUT/real into OUT/sim, reports both, and writes OUT/heldout.json and a markdown
+table: per cell (algorithm, workers, slowdown) the real and simulated time to the matrix's
+target and the error; and every pair of algorithms (same workers and slowdown) whose real times
+differ by more than 20%, with whether the simulation orders them alike. The timing is fitted
+from the real runs; what is held out is the learning. `--skip-real` reuses OUT/real.
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = Path(sys.executable).parent / "bench"
 MATRIX = ROOT / "matrices" / "learn-heldout.toml"
-TARGET = "accuracy:0.85"
 
 
 def bench(*args) -> None:
@@ -34,15 +36,24 @@ def bench(*args) -> None:
     subprocess.run([str(BENCH), *map(str, args)], check=True)
 
 
-def times(results: Path) -> dict[tuple[str, str], float]:
-    """(algorithm, slowdown) -> seconds to the target (nan if not reached), from the report's
-    time_to_target.csv."""
+def times(results: Path) -> dict[tuple[str, int, str], float]:
+    """(algorithm, workers, slowdown) -> seconds to the target (nan if not reached), from the
+    report's time_to_target.csv."""
     found = {}
     with (results / "time_to_target.csv").open() as f:
         for row in csv.DictReader(f):
             value = row.get("time_to_target_s") or "nan"
-            found[(row["algorithm"], row["slowdown"])] = float(value)
+            found[(row["algorithm"], int(row["workers"]), row["slowdown"])] = float(value)
     return found
+
+
+def matrix_target(matrix: Path) -> str:
+    import tomllib
+
+    target = tomllib.loads(matrix.read_text()).get("target")
+    if not isinstance(target, str):
+        sys.exit(f"{matrix}: needs one `target = \"accuracy:V\"` for every workload")
+    return target
 
 
 def compare(real: dict, simulated: dict) -> dict:
@@ -50,17 +61,17 @@ def compare(real: dict, simulated: dict) -> dict:
     for key in sorted(real):
         r, s = real[key], simulated.get(key, math.nan)
         error = (s - r) / r if r == r and s == s else math.nan
-        cells.append({"algorithm": key[0], "slowdown": key[1], "real_s": r, "sim_s": s,
-                      "error": error})
+        cells.append({"algorithm": key[0], "workers": key[1], "slowdown": key[2], "real_s": r,
+                      "sim_s": s, "error": error})
     pairs = []
     for (a, b) in itertools.combinations(sorted(real), 2):
-        if a[1] != b[1]:
+        if a[1:] != b[1:]:
             continue
         ra, rb, sa, sb = real[a], real[b], simulated.get(a, math.nan), simulated.get(b, math.nan)
         if not (ra == ra and rb == rb) or max(ra, rb) / min(ra, rb) <= 1.2:
             continue
         kept = (sa < sb) == (ra < rb) if sa == sa and sb == sb else False
-        pairs.append({"slowdown": a[1], "faster": a[0] if ra < rb else b[0],
+        pairs.append({"workers": a[1], "slowdown": a[2], "faster": a[0] if ra < rb else b[0],
                       "slower": b[0] if ra < rb else a[0], "real_ratio": max(ra, rb) / min(ra, rb),
                       "kept": kept})
     within = [c for c in cells if c["error"] == c["error"] and abs(c["error"]) <= 0.2]
@@ -71,18 +82,19 @@ def compare(real: dict, simulated: dict) -> dict:
 
 
 def markdown(result: dict) -> str:
-    lines = ["| algorithm | slowdown | real (s) | simulated (s) | error |",
-             "|---|---|---:|---:|---:|"]
+    lines = ["| algorithm | workers | slowdown | real (s) | simulated (s) | error |",
+             "|---|---:|---|---:|---:|---:|"]
     for c in result["cells"]:
-        lines.append(f"| {c['algorithm']} | {c['slowdown']} | {c['real_s']:.2f} | "
-                     f"{c['sim_s']:.2f} | {c['error']:+.0%} |")
+        lines.append(f"| {c['algorithm']} | {c['workers']} | {c['slowdown']} | "
+                     f"{c['real_s']:.2f} | {c['sim_s']:.2f} | {c['error']:+.0%} |")
     lines += ["", f"{result['cells_within_20pct']} of {result['cells_compared']} cells within "
               f"20%; {result['pairs_kept']} of {result['pairs_separated']} pairs the real runs "
               "separate by more than 20% ordered alike."]
     broken = [p for p in result["pairs"] if not p["kept"]]
     if broken:
         lines.append("Reversed: " + "; ".join(
-            f"{p['faster']} < {p['slower']} ({p['slowdown']}, real {p['real_ratio']:.2f}x)"
+            f"{p['faster']} < {p['slower']} ({p['workers']} workers, {p['slowdown']}, real "
+            f"{p['real_ratio']:.2f}x)"
             for p in broken))
     return "\n".join(lines)
 
@@ -90,14 +102,16 @@ def markdown(result: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "results/benchmarks/learn-heldout")
+    parser.add_argument("--matrix", type=Path, default=MATRIX)
     parser.add_argument("--skip-real", action="store_true")
     args = parser.parse_args()
+    target = matrix_target(args.matrix)
     real_dir, sim_dir = args.out / "real", args.out / "sim"
     if not args.skip_real:
-        bench("run", MATRIX, "--out", real_dir)
-    bench("report", real_dir, "--target", TARGET)
-    bench("sim", MATRIX, "--learn", "--fit-from", real_dir, "--out", sim_dir)
-    bench("report", sim_dir, "--target", TARGET)
+        bench("run", args.matrix, "--out", real_dir)
+    bench("report", real_dir, "--target", target)
+    bench("sim", args.matrix, "--learn", "--fit-from", real_dir, "--out", sim_dir)
+    bench("report", sim_dir, "--target", target)
     result = compare(times(real_dir), times(sim_dir))
     (args.out / "heldout.json").write_text(json.dumps(result, indent=1))
     print(markdown(result))
