@@ -2,13 +2,16 @@
 
     .venv/bin/python benchmarks/learn_study_table.py results/learn-scale-study
 
-reads the learned simulations of matrices/learn-scale-study.toml (`bench sim` into that
-directory) and prints, per slowdown, one row per algorithm and one column per world size:
+reads the learned simulations of matrices/learn-scale-study.toml (or issue 46's
+matrices/clusters-scale-study.toml; `bench sim` into that directory) and prints, per slowdown,
+one row per algorithm and one column per world size:
 "T x / R x (I)", T the throughput relative to All-Reduce's in the same cell, R All-Reduce's
 time to the matrix's target divided by the algorithm's (above 1: it gets there sooner), I the
 mean iteration at which it met the target; "not met (acc)" with its final accuracy when it did
 not. The two ratios disagree exactly when an algorithm needs more (or fewer) iterations than
-All-Reduce: where consensus or staleness eats (or adds to) its speed.
+All-Reduce: where consensus or staleness eats (or adds to) its speed. A second table per
+slowdown gives those mechanisms: final consensus distance, mean staleness, gradients dropped and
+iterations skipped.
 """
 
 from __future__ import annotations
@@ -34,7 +37,12 @@ def load(results: Path) -> dict[tuple[str, int, str], dict]:
                     break
         cells[(config["algorithm"], config["workers"], config["slowdown"])] = {
             "throughput": summary["throughput"], "accuracy": summary.get("final_test_accuracy"),
-            "target_s": target and target["wall_s"], "target_it": target and target["iteration"]}
+            "target_s": target and target["wall_s"], "target_it": target and target["iteration"],
+            "consensus": summary.get("final_consensus_distance"),
+            "staleness": summary.get("mean_staleness"),
+            "dropped": summary.get("gradients_dropped"),
+            "iterations": summary.get("iterations"),
+            "skipped": summary.get("sim", {}).get("iterations_skipped")}
     return cells
 
 
@@ -63,6 +71,36 @@ def table(cells: dict, slowdown: str) -> str:
     return "\n".join(lines)
 
 
+def mechanisms(cells: dict, slowdown: str) -> str:
+    """Per algorithm and size: the final consensus distance, the mean staleness and the
+    gradients dropped (and Hop's iterations skipped), the mechanisms a speedup's loss is
+    tied to."""
+    sizes = sorted({w for (_, w, s) in cells if s == slowdown})
+    algorithms = sorted({a for (a, _, s) in cells if s == slowdown},
+                        key=lambda a: (a != "allreduce", a))
+    lines = ["| algorithm | " + " | ".join(f"{w} workers" for w in sizes) + " |",
+             "|---|" + "---|" * len(sizes)]
+
+    def num(value, fmt):
+        return "-" if value is None else format(value, fmt)
+
+    for algorithm in algorithms:
+        row = []
+        for w in sizes:
+            cell = cells.get((algorithm, w, slowdown))
+            if cell is None:
+                row.append("")
+                continue
+            text = (f"C {num(cell['consensus'], '.2g')}, S {num(cell['staleness'], '.2g')}")
+            if cell["dropped"]:
+                text += f", D {cell['dropped']}"
+            if cell["skipped"]:
+                text += f", K {cell['skipped']}"
+            row.append(text)
+        lines.append(f"| {algorithm} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=Path)
@@ -72,6 +110,9 @@ def main() -> None:
         print(f"\n**{slowdown}** (throughput / time-to-target speedup over All-Reduce, "
               "(iterations to target))\n")
         print(table(cells, slowdown))
+        print(f"\n**{slowdown}**: final consensus distance C, mean staleness S (iterations), "
+              "gradients dropped D, iterations skipped K\n")
+        print(mechanisms(cells, slowdown))
 
 
 if __name__ == "__main__":

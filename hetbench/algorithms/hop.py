@@ -356,6 +356,8 @@ class HopSim(Protocol):
         #: What a blocked worker waits for: ("updates", k, since) or ("tokens", following,
         #: since, wait_s, fields, sync).
         self.blocked: list[tuple | None] = [None] * self.n
+        #: Iterations the workers skipped in all (a skip from k to target skips target - k - 1).
+        self.iterations_skipped = 0
 
     # -- messages ----------------------------------------------------------------------------
     def _send(self, w: int, kind: int, lo: int, hi: int, entered: int, model=None) -> None:
@@ -385,6 +387,10 @@ class HopSim(Protocol):
                 self.queues[dst][src].append(Entry(lo, hi, model))
         if self.blocked[dst] is not None:
             self._unblock(dst)
+
+    def stats(self) -> dict:
+        """For the summary's `sim` record: what a large run has no event lines to count."""
+        return {**super().stats(), "iterations_skipped": self.iterations_skipped}
 
     # -- hop.py's rules, on this worker's state ------------------------------------------
     def _updates_ready(self, w, k):
@@ -421,6 +427,7 @@ class HopSim(Protocol):
         if learner is not None:  # the newest queued model of each neighbour, usable or not
             self._learn_mix(w, {j: q[-1].model for j, q in self.queues[w].items() if q})
         self._drop_before(w, target)
+        self.iterations_skipped += target - k - 1
         fields = {"used": used, "skipped": target - k - 1, "skip_to": target,
                   "skip_ns": round(self.engine.now * 1e9)}
         self._send(w, SKIP, k + 1, target - 1, target,

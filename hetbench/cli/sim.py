@@ -82,8 +82,11 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         network=network, dilation=dilation, target=target, learn=learn)
     out_dir = out or Path("results") / "sim" / str(spec["name"])
     if dry_run:
+        from hetbench.cli.running import variant_names_of
+
+        names = variant_names_of(configs)
         for config in configs:
-            click.echo(f"{config.run_id}  {config.label()}")
+            click.echo(f"{config.run_id}  {config.label(names[config.run_id])}")
         return
     models = _models(compute_ms=compute_ms, fit_from=fit_from, **model_flags)
     from hetbench.sim.engine import simulated_protocol
@@ -206,9 +209,11 @@ def _against(real_dir: Path, models, out_dir: Path, own_cores: bool = True,
 
 
 def _simulate_all(configs, models, out_dir: Path, events: str = "auto") -> None:
+    from hetbench.cli.running import variant_names_of
     from hetbench.sim.engine import simulate
 
     click.echo(f"{len(configs)} simulated run(s) -> {out_dir}")
+    names = variant_names_of(configs)  # a swept option in the label: `dpsgd[topology=ring]`
     results, failed, started = [], 0, time.time()
     for i, config in enumerate(configs):
         try:
@@ -217,12 +222,13 @@ def _simulate_all(configs, models, out_dir: Path, events: str = "auto") -> None:
             _results_unwritable(config, out_dir / config.run_id, exc, len(configs) - i - 1)
         s = result.summary
         results.append(result)
+        label = config.label(names[config.run_id])
         if s["status"] == "ok":
-            click.echo(f"sim  {config.label()}: {s['throughput']:.1f} samples/s "
+            click.echo(f"sim  {label}: {s['throughput']:.1f} samples/s "
                        f"({s['train_wall_s']:.2f} simulated s in {result.sim_s:.1f} s)")
         else:
             failed += 1
-            click.echo(f"FAIL {config.label()}: {s['cause']}")
+            click.echo(f"FAIL {label}: {s['cause']}")
     _echo_speedups(results)
     click.echo(f"results in {out_dir} ({time.time() - started:.1f} s); `bench report {out_dir}` "
                "writes the report")

@@ -127,3 +127,57 @@ def headline_plot(throughput: pd.DataFrame, time_to_target: pd.DataFrame, path: 
         fig.legend(title="slowdown", loc="outside right upper", fontsize=8, frameon=False)
     fig.savefig(path)
     return path
+
+
+#: Distinct world sizes of a workload from which the report draws time to target against them.
+SCALING_SIZES = 3
+
+
+def scaling_plots(time_to_target: pd.DataFrame, out_dir: Path,
+                  baseline: str = "allreduce") -> list[Path]:
+    """scaling-<workload>.png for each workload run at SCALING_SIZES or more world sizes:
+    time-to-target speedup over the baseline against the number of workers (log scale), one
+    line per algorithm, a panel per slowdown. A cell whose runs never reached the target is a
+    cross on the panel's floor, so a line that stops has a reason drawn."""
+    speedup = f"speedup_vs_{baseline}"
+    if time_to_target.empty or speedup not in time_to_target:
+        return []
+    paths = []
+    for workload, frame in time_to_target.groupby("workload", sort=True):
+        sizes = sorted(frame["workers"].unique())
+        if len(sizes) < SCALING_SIZES or frame[speedup].notna().sum() == 0:
+            continue
+        slowdowns = sorted(frame["slowdown"].unique(), key=lambda s: (s != "none", s))
+        columns = min(len(slowdowns), 2)
+        rows = -(-len(slowdowns) // columns)
+        fig = new_figure(6.0 * columns + 1.8, 3.6 * rows)
+        axes = fig.subplots(rows, columns, squeeze=False)
+        algorithms = order_algorithms(frame["algorithm"].unique(), baseline)
+        floor = max(1e-3, float(frame[speedup].min(skipna=True)) / 1.5)
+        for i, slowdown in enumerate(slowdowns):
+            ax = axes[i // columns][i % columns]
+            panel = frame[frame["slowdown"] == slowdown]
+            for j, algorithm in enumerate(algorithms):
+                line = panel[panel["algorithm"] == algorithm].sort_values("workers")
+                style = dict(color=f"C{j % 10}", linestyle="-" if j < 10 else "--")
+                reached = line[line[speedup].notna()]
+                ax.plot(reached["workers"], reached[speedup], marker="o", markersize=3,
+                        label=algorithm if i == 0 else None, **style)
+                missed = line[line[speedup].isna()]
+                if not missed.empty:
+                    ax.scatter(missed["workers"], [floor] * len(missed), marker="x",
+                               color=style["color"])
+            ax.axhline(1.0, color="grey", linewidth=0.8)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xticks(sizes, [str(s) for s in sizes])
+            ax.set_xlabel("workers", fontsize=8)
+            ax.set_ylabel(f"time-to-target speedup over {baseline}", fontsize=8)
+            ax.set_title(f"{workload}: {slowdown} (x: target not reached)", fontsize=9)
+        for k in range(len(slowdowns), rows * columns):
+            axes[k // columns][k % columns].set_visible(False)
+        fig.legend(title="algorithm", loc="outside right upper", fontsize=7, frameon=False)
+        path = out_dir / f"scaling-{workload}.png"
+        fig.savefig(path)
+        paths.append(path)
+    return paths

@@ -22,7 +22,7 @@ from hetbench.reports.notes import (
     reading_notes,
     timing_notes,
 )
-from hetbench.reports.plots import convergence_plots, headline_plot
+from hetbench.reports.plots import convergence_plots, headline_plot, scaling_plots
 from hetbench.reports.tables import (
     HEALTH_COLUMNS,
     KEYS,
@@ -234,6 +234,8 @@ def write_report(results_dir: Path, baseline: str = "allreduce",
         write_text_atomic(paths["tuned_csv"], report.tuned.to_csv(index=False))
     for i, path in enumerate(convergence_plots(report.evals, out, baseline, report.targets)):
         paths[f"plot{i}"] = path
+    for path in scaling_plots(report.time_to_target, out, baseline):
+        paths[f"plot_{path.stem}"] = path
     ok = report.runs[report.runs["status"] == "ok"]
     report.waits = tuple(run_waits(run_dir) for run_dir in ok["run_dir"])
     paths["waits_csv"] = out / "waits.csv"
@@ -367,7 +369,7 @@ def html_page(report: Report, images: list[Path]) -> Page:
 
     page.heading("Time to target")
     page.help(TTT_TEXT.format(baseline=baseline))
-    convergence = [path for path in images if path.stem.startswith("convergence")]
+    convergence = [path for path in images if path.stem.startswith(("scaling", "convergence"))]
     table = (Page.table_html(report.time_to_target) if not report.time_to_target.empty
              else f"<p>{html_escape(NO_EVALS)}</p>")
     if convergence:

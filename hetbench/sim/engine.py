@@ -456,7 +456,8 @@ def timing_summary(config: RunConfig, engine: Engine) -> dict[str, Any]:
         "compute_ms": engine.compute_s * 1e3, "model_bytes": engine.layout.model_bytes,
         "meaning": (f"message sizes, compute time and samples per iteration are "
                     f"{timing.workload}'s; the model, data, accuracy, loss, iterations and "
-                    f"consensus are those of {config.workload} (not a {timing.workload}'s accuracy)"),
+                    f"consensus are those of {config.workload} (not a {timing.workload}'s "
+                    "accuracy)"),
     }
 
 
