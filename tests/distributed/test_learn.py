@@ -81,11 +81,14 @@ def test_learned_all_reduce_is_single_process_sgd_on_the_union_of_the_minibatche
 def test_a_report_labels_learned_simulations(tmp_path, bench):
     out = tmp_path / "sim"
     ran = bench("sim", "--learn", "--algorithms", "allreduce,dpsgd", "--workloads", "mlp-digits",
-                "--workers", "4", "--iterations", "40", "--pace-ms", "5", "--out", out)
+                "--workers", "2,4,8", "--iterations", "40", "--pace-ms", "5", "--out", out)
     assert ran.returncode == 0, ran.stderr
     assert bench("report", out).returncode == 0
     md = (out / "report.md").read_text()
-    assert "2 of them simulated (learned)" in md
+    assert "6 of them simulated (learned)" in md
+    # Three world sizes: time to target against them, in both report files.
+    assert "![scaling-mlp-digits](scaling-mlp-digits.png)" in md
+    assert 'alt="scaling-mlp-digits"' in (out / "report.html").read_text()
     # It trained on the real digits, and the report says so (not "none (simulated)").
     assert "Data: mlp-digits: scikit-learn digits" in md and "(learned in the simulator)" in md
     assert "none (simulated)" not in md
