@@ -17,8 +17,9 @@
 4. compute: benchmarks/gpu_compute.py, the papers' models' per-iteration compute.
 5. overhead (issue 44): benchmarks/harness_overhead.py on the GPU: `allreduce` (impl = ddp)
    against plain_ddp.py, ResNet-18 (CIFAR form, synthetic images) at batch 128, 2 ranks sharing
-   the GPU, 150 iterations, 5 rounds in rotating order; with `--also DIR` (an older checkout's
-   `hetbench` package, e.g. .old/) a third side, to show what a change bought in one sitting.
+   the GPU, 150 iterations, 5 rounds in rotating order, each run settled (--settle-s 2); with
+   `--also DIR` (an older checkout's `hetbench` package, e.g. .old/) a third side, to show
+   what a change bought in one sitting.
 6. bandwidth: benchmarks/staged_bandwidth.py, a 44.7 MB message every way it can travel.
 7. shared: the six-algorithm matrix of issue 44 (ResNet-18 on the digits images, batch 32, 4
    ranks sharing the GPU, 30 iterations, none and prob:5) and its report; with --also, its
@@ -387,7 +388,9 @@ def main(argv: list[str] | None = None) -> int:
         code = finish(run_logged(
             [py, "benchmarks/harness_overhead.py", "--device", args.device, "--model",
              "resnet18", "--impl", "ddp", "--workers", "2", *quick, *also, "--out", str(out),
-             "--name", "overhead"], out / "overhead.log", 400, env))
+             # Settled runs: unsettled, a run right after the other program's ran 20-40% slow
+             # (BENCHMARKS.md, the second H100 sitting).
+             "--settle-s", "2", "--name", "overhead"], out / "overhead.log", 400, env))
         detail = f"exit {code} in {time.monotonic() - t0:.0f} s"
         ok = False
         if (out / "overhead.json").exists():

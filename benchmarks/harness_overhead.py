@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -57,6 +58,48 @@ def run(command: list[str], env: dict | None = None, cwd: str | None = None) -> 
     if done.returncode != 0:
         sys.exit(f"{' '.join(command[:2])} failed: {done.stderr[-500:]}")
     return done.stdout
+
+
+def host_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of all the host's cores since boot (/proc/stat's first line)."""
+    fields = [float(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def settled(args: argparse.Namespace) -> dict:
+    """Before a run, with --settle-s: wait until no process holds the GPU (the previous run's
+    ranks tear their CUDA contexts down after it returned) and then S seconds more. Returns
+    what the host looked like: seconds waited, the load average, and the busiest processes."""
+    waited = 0.0
+    if args.settle_s:
+        started = time.monotonic()
+        while args.device == "cuda" and time.monotonic() - started < 30:
+            apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid",
+                                   "--format=csv,noheader"], capture_output=True, text=True)
+            if apps.returncode != 0 or not apps.stdout.strip():
+                break
+            time.sleep(0.5)
+        time.sleep(args.settle_s)
+        waited = time.monotonic() - started
+    busiest = subprocess.run(["ps", "-eo", "pcpu,comm", "--sort=-pcpu", "--no-headers"],
+                             capture_output=True, text=True).stdout.splitlines()[:3]
+    return {"settle_waited_s": round(waited, 2),
+            "loadavg_1min": float(Path("/proc/loadavg").read_text().split()[0]),
+            "busiest_before": [line.strip() for line in busiest]}
+
+
+def measured(side, workers: int) -> dict:
+    """One run of a side, with the host's busy cores over it (its own ranks included: a run
+    beside something else shows more cores busy than its own ranks use)."""
+    busy0, total0 = host_busy()
+    started = time.monotonic()
+    throughput, cpu_ms = side(workers)
+    busy1, total1 = host_busy()
+    cores = os.cpu_count() or 1
+    return {"throughput": throughput, "cpu_ms": cpu_ms,
+            "wall_s": round(time.monotonic() - started, 2),
+            "host_busy_cores": round((busy1 - busy0) / max(total1 - total0, 1) * cores, 2)}
 
 
 def plain(args: argparse.Namespace, workers: int,
@@ -111,6 +154,9 @@ def main() -> None:
     parser.add_argument("--plain-hook", action="store_true",
                         help="a side more: the plain loop with a Python communication hook")
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks"))
+    parser.add_argument("--settle-s", type=float, default=0.0,
+                        help="before each run, wait until no process holds the GPU, then this "
+                             "many seconds (the runs' order effects; issue 44)")
     parser.add_argument("--name", default="harness_overhead",
                         help="the result file's name (without .json)")
     args = parser.parse_args()
@@ -125,23 +171,29 @@ def main() -> None:
         for i in range(args.pairs):
             names = list(sides)
             order = names[i % len(names):] + names[:i % len(names)]
-            measured = {name: sides[name](workers) for name in order}
-            (p, p_cpu), (h, h_cpu) = measured["plain"], measured["hetbench"]
+            runs = {}
+            for name in order:
+                host = settled(args)
+                runs[name] = {**host, **measured(sides[name], workers)}
+            measured_ = {name: (run["throughput"], run["cpu_ms"]) for name, run in runs.items()}
+            (p, p_cpu), (h, h_cpu) = measured_["plain"], measured_["hetbench"]
             pair = {"plain": p, "hetbench": h, "ratio": h / p, "plain_cpu_ms": p_cpu,
-                    "hetbench_cpu_ms": h_cpu, "first": order[0], "order": order}
+                    "hetbench_cpu_ms": h_cpu, "first": order[0], "order": order, "runs": runs}
             line = (f"w={workers} round {i} ({', '.join(order)}): plain {p:8.1f}  hetbench "
                     f"{h:8.1f} samples/s  ratio {h / p:.3f}")
-            if "plain_hook" in measured:
-                ph, ph_cpu = measured["plain_hook"]
+            if "plain_hook" in measured_:
+                ph, ph_cpu = measured_["plain_hook"]
                 pair.update(plain_hook=ph, plain_hook_ratio=ph / p, plain_hook_cpu_ms=ph_cpu)
                 line += f"   plain+hook {ph:8.1f} ratio {ph / p:.3f}"
-            if "also" in measured:
-                a, a_cpu = measured["also"]
+            if "also" in measured_:
+                a, a_cpu = measured_["also"]
                 pair.update(also=a, also_ratio=a / p, also_cpu_ms=a_cpu)
                 line += f"   --also {a:8.1f} ratio {a / p:.3f}"
             pairs.append(pair)
             print(line + f"   CPU per rank-iteration: plain {p_cpu:.3f} ms, hetbench "
-                  f"{h_cpu:.3f} ms", flush=True)
+                  f"{h_cpu:.3f} ms; host cores busy " + ", ".join(
+                      f"{name} {run['host_busy_cores']}" for name, run in runs.items()),
+                  flush=True)
         ratios = sorted(pair["ratio"] for pair in pairs)
         quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
         row = {"workers": workers, "pairs": pairs, "median_ratio": statistics.median(ratios),

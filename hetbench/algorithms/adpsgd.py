@@ -102,8 +102,11 @@ class ADPSGD(Algorithm):
         request = torch.empty_like(self._request)
         try:
             while remaining:
-                src = self._comm.recv_on(self._channel, request, src=None, tag=REQUEST_TAG)
-                if request[0].item() == DONE:
+                # The header from host memory: reading it off a shared GPU would wait for the
+                # main thread's queued compute first.
+                src, (kind, steps) = self._comm.recv_head_on(self._channel, request, REQUEST_HEADER,
+                                                             src=None, tag=REQUEST_TAG)
+                if kind == DONE:
                     remaining -= 1
                     continue
                 with self._lock, torch.no_grad():
@@ -111,7 +114,7 @@ class ADPSGD(Algorithm):
                     average = (mine + request[REQUEST_HEADER:]) / 2
                     self._current = average
                     self._served += 1
-                    self._served_gaps += abs(int(request[1].item()) - self._steps)
+                    self._served_gaps += abs(int(steps) - self._steps)
                     reply = torch.cat([average, average.new_tensor([self._steps])])
                 self._comm.send_on(self._channel, reply, dst=src, tag=REPLY_TAG)
         except BaseException as exc:  # handed to the main thread, which raises it

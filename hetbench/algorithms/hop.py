@@ -12,8 +12,10 @@ kind UPDATE: x is the sender's model of iteration lo = hi. kind SKIP: the sender
 counter; x (its model after the jump) stands in for each iteration lo..hi it skipped. kind DONE:
 the sender finished; it sends nothing more. `entered` is the iteration the sender has reached.
 
-A receiver thread per worker turns incoming messages into an update queue per in-edge (and
-the newest `entered` of each neighbour); the main thread only reads those queues:
+A receiver thread per in-edge turns incoming messages into that edge's update queue (and the
+neighbour's newest `entered`); the main thread only reads those queues. A thread per edge, not
+one receiving from any sender: one posted receive at a time moved the neighbours' models one
+after the other, where D-PSGD's receives (posted together) move them at once (issue 44):
 
 - update queues: at iteration k a worker uses, from each neighbour, the newest queued model that
   stands for an iteration in [k - staleness, k], and waits until it has such a model from all but
@@ -31,7 +33,7 @@ the newest `entered` of each neighbour); the main thread only reads those queues
   skipped for neighbours that wait on it.
 
 Termination: a finished worker sends DONE to its neighbours, which from then on neither wait for
-its updates nor for its tokens; a receiver thread ends after a DONE from every neighbour, so every
+its updates nor for its tokens; an edge's receiver thread ends after its neighbour's DONE, so every
 message sent has been received and no sender is left blocked. Hop with backup_workers = 0,
 staleness = 0 and skip off uses exactly D-PSGD's models in D-PSGD's order: the same numbers.
 """
@@ -193,27 +195,36 @@ class Hop(Algorithm):
         self._awaited = None
         self._ended_by: int | None = None
         self._sends: list = []
-        self._receiver = threading.Thread(target=self._receive, name="hop-receiver", daemon=True)
-        self._receiver.start()
+        self._receivers = [threading.Thread(target=self._receive, args=(j,),
+                                            name=f"hop-receiver-{j}", daemon=True)
+                           for j in self.neighbours]
+        for receiver in self._receivers:
+            receiver.start()
 
-    # -- the receiver thread -----------------------------------------------------------------
-    def _receive(self) -> None:
+    # -- the receiver threads ----------------------------------------------------------------
+    def _receive(self, j: int) -> None:
+        """Neighbour j's messages, in order, until its DONE."""
         try:
-            while len(self._done) < len(self.neighbours):
+            while True:
                 message = torch.empty(HEADER + self._numel, dtype=self._dtype,
                                       device=self._comm.device)
-                src = self._comm.recv_on(self._channel, message, src=None, tag=TAG)
-                kind, lo, hi, entered = (int(v) for v in message[:HEADER].tolist())
+                # The header is read from host memory: on a shared GPU, reading it off the
+                # device would wait for this rank's queued compute before the next receive.
+                _, header = self._comm.recv_head_on(self._channel, message, HEADER, src=j,
+                                                    tag=TAG)
+                kind, lo, hi, entered = (int(v) for v in header)
                 with self._cond:
                     if kind == DONE:
-                        self._done.add(src)
+                        self._done.add(j)
                     else:
-                        self._entered[src] = max(self._entered[src], entered)
+                        self._entered[j] = max(self._entered[j], entered)
                         if not self._finished:  # after finish() nobody reads the queues
-                            self._queues[src].append(Entry(lo, hi, message[HEADER:]))
+                            self._queues[j].append(Entry(lo, hi, message[HEADER:]))
                     if self._awaited is not None and self._awaited():
-                        self._awaited, self._ended_by = None, src
+                        self._awaited, self._ended_by = None, j
                     self._cond.notify_all()
+                if kind == DONE:
+                    return
         except BaseException as exc:  # handed to the main thread, which raises it
             with self._cond:
                 self._error = exc
@@ -319,10 +330,11 @@ class Hop(Algorithm):
         for work, _ in self._sends:
             work.wait()
         self._sends = []
-        # The receiver ends once every neighbour said DONE; no deadline here, since a neighbour
+        # A receiver ends once its neighbour said DONE; no deadline here, since a neighbour
         # far behind may still be training: its receive times out if messages stop coming.
-        while self._receiver.is_alive():
-            self._receiver.join(timeout=1.0)
+        for receiver in self._receivers:
+            while receiver.is_alive():
+                receiver.join(timeout=1.0)
         if self._error is not None:
             raise RuntimeError(f"hop receiver failed: {self._error!r}") from self._error
         # Neighbours may finish far apart (no skipping, a fixed straggler); the evaluation's

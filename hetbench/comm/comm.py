@@ -132,6 +132,7 @@ class Comm:
         #: What this rank's operations moved since the last reset (the worker resets it when
         #: training starts and reads it when training ends).
         self.traffic = Traffic()
+        self._traffic_lock = threading.Lock()
         # What one thread's operations did during a step (record_step): the ranks they met
         # and the seconds they blocked on point-to-point messages. The harness logs them for
         # every step, whatever the algorithm says, for "who waited for whom".
@@ -266,7 +267,8 @@ class Comm:
                     broadcast: bool = False) -> None:
         """run() the real collective, or, with an emulated network, no faster than modeled."""
         self._meet(range(self.world_size) if members is None else members)
-        self.traffic.collective_bytes += _nbytes(tensor)
+        with self._traffic_lock:
+            self.traffic.collective_bytes += _nbytes(tensor)
         if self.network is None:
             run()
             return
@@ -320,11 +322,13 @@ class Comm:
         return stream_key(WORLD if group is None else self._channel_names[group], tag)
 
     def _sent(self, tensor: torch.Tensor) -> None:
-        self.traffic.p2p_sent_bytes += _nbytes(tensor)
-        self.traffic.messages += 1
+        with self._traffic_lock:  # serving threads count their messages too
+            self.traffic.p2p_sent_bytes += _nbytes(tensor)
+            self.traffic.messages += 1
 
     def _received(self, tensor: torch.Tensor) -> None:
-        self.traffic.p2p_received_bytes += _nbytes(tensor)
+        with self._traffic_lock:
+            self.traffic.p2p_received_bytes += _nbytes(tensor)
 
     def send_on(self, group, tensor: torch.Tensor, dst: int, tag: int = 0) -> None:
         """Send on a channel (None: the world group); `dst` is a global rank."""
@@ -348,6 +352,18 @@ class Comm:
 
     def recv_on(self, group, tensor: torch.Tensor, src: int | None = None, tag: int = 0) -> int:
         """Receive on a channel; `src` and the returned sender are global ranks."""
+        return self._recv_on(group, tensor, src, tag, head=0)[0]
+
+    def recv_head_on(self, group, tensor: torch.Tensor, head: int, src: int | None = None,
+                     tag: int = 0) -> tuple[int, list]:
+        """recv_on, and the message's first `head` values as Python numbers, read where the
+        message landed in host memory: a serving thread learns what a message is without
+        waiting for the device. (Reading them off a CUDA tensor waits for everything queued on
+        the stream it shares with the main thread's compute: issue 44 found Hop's receiver
+        handling each message only once the GPU had run its rank's forward and backward.)"""
+        return self._recv_on(group, tensor, src, tag, head)
+
+    def _recv_on(self, group, tensor, src, tag, head):
         # A serving thread's receive may be posted before the network starts (in setup) and
         # complete after it, on a message of training: it is matched with its modeled delivery
         # all the same, by the network in force when it completes (each message of a stream
@@ -362,9 +378,12 @@ class Comm:
         if self.stages_through_host:
             host = self.staging.incoming(tensor)
             sender = dist.recv(host, src=src, group=group, tag=tag)
+            values = host.view(-1)[:head].tolist() if head else []
             self.staging.deliver(host, tensor)
         else:
             sender = dist.recv(tensor, src=src, group=group, tag=tag)
+            # On CPU a read; on NCCL (a GPU per rank) the receive is the device's anyway.
+            values = tensor.view(-1)[:head].tolist() if head else []
         self._meet((sender,))
         self._received(tensor)
         network = self.network
@@ -372,7 +391,7 @@ class Comm:
             key = self._stream(group, tag)
             network.recv_end(sender, key, network.recv_ticket(sender, key), since)
         self._blocked(started)
-        return sender
+        return sender, values
 
     def isend_on(self, group, tensor: torch.Tensor, dst: int, tag: int = 0) -> dist.Work:
         return _Timed(self._isend_on(group, tensor, dst, tag), self._blocked)
@@ -454,7 +473,8 @@ class Comm:
     def p_reduce_(self, tensor: torch.Tensor, members: Sequence[int]) -> torch.Tensor:
         """In-place mean of `tensor` over `members` (this rank among them); others not involved."""
         self._meet(members)
-        self.traffic.collective_bytes += _nbytes(tensor)
+        with self._traffic_lock:
+            self.traffic.collective_bytes += _nbytes(tensor)
         return self.member_groups.p_reduce_(tensor, members, self.network)
 
     def rpc(self, peer: int, call):

@@ -101,6 +101,36 @@ def test_point_to_point_through_host_buffers_delivers_and_reuses_them():
     assert receiver["allocated"] == 2
 
 
+def _head_from_host(comm):
+    """A receive that reads the message's head: staged, from the host buffer it landed in,
+    before (and whatever) the copy to the rank's tensor does; unstaged, from the tensor."""
+    comm.stages_through_host = comm.rank < 2  # ranks 0-1 staged, 2-3 plain
+    peer = comm.rank ^ 1
+    if comm.rank % 2 == 0:
+        comm.send(torch.tensor([2.0, 7.0, 1.5, 1.5]), dst=peer, tag=5)
+        return None
+    if comm.stages_through_host:
+        # Deliveries held back: the tensor keeps its zeros, so a head read off the tensor
+        # (after its copy, as reading a CUDA tensor would be) could only read zeros.
+        delivered = []
+        comm.staging.deliver = lambda buffer, tensor: delivered.append(buffer.tolist())
+    into = torch.zeros(4)
+    sender, head = comm.recv_head_on(None, into, 2, src=None, tag=5)
+    return sender, head, into.tolist(), comm.traffic.p2p_received_bytes
+
+
+def test_a_receive_reads_the_message_head_from_host_memory():
+    """Hop's receivers and AD-PSGD's server learn a message's kind from its head without
+    waiting for the device (issue 44): staged, the head comes from the host buffer."""
+    _, staged, _, plain = on_ranks(_head_from_host, 4)
+    sender, head, tensor, received = staged
+    assert (sender, head) == (0, [2.0, 7.0])
+    assert tensor == [0.0] * 4  # read before any copy to the tensor
+    assert received == 16
+    sender, head, tensor, _ = plain
+    assert (sender, head, tensor) == (2, [2.0, 7.0], [2.0, 7.0, 1.5, 1.5])
+
+
 def test_a_buffer_returns_to_the_pool_only_once_its_message_is_done():
     from hetbench.comm.staging import KEEP_FREE, HostStaging
 
