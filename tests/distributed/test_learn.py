@@ -175,6 +175,30 @@ def test_learned_ps_async_applies_each_gradient_of_the_model_its_worker_held(tmp
         np.testing.assert_allclose(learned, held[w], rtol=1e-5, atol=1e-6)
 
 
+def test_a_server_bound_ps_async_computes_its_queue_s_gradients_in_one_batch(tmp_path,
+                                                                             monkeypatch):
+    """The server takes a gradient 6 ms after another (its CPU time) while a worker computes
+    for 1 ms: every worker waits in the server's queue. A gradient is taken when the server
+    takes it, so by then the workers served since it was sent are computing too, and their
+    gradients are one batch: about one batch per round of 16 requests. (Applied at its
+    arrival, each gradient made a batch of the one or two workers that began since the
+    previous: about one per request, 16 times as many batches; at 1,024 workers, 1,000.)"""
+    from hetbench.sim.learn import Learner
+
+    batches = []
+    original = Learner._batch_gradients
+    monkeypatch.setattr(Learner, "_batch_gradients",
+                        lambda self, rows: batches.append(len(rows)) or original(self, rows))
+    models = SimModels(NetworkModel(alpha_s=20e-6, beta_bytes_per_s=1.25e9, cpu_s=3e-3),
+                       ComputeModel())
+    config = RunConfig(algorithm="ps-async", workload="mlp-digits", workers=16, iterations=20,
+                       pace_ms=1, seed=1, learn=True)
+    simulate(config, models, tmp_path)
+    requests = 16 * 20
+    assert len(batches) < requests / 6, (len(batches), batches[:20])
+    assert sum(batches) >= requests  # every gradient computed (padding aside)
+
+
 def test_learned_allreduce_backup_without_backups_is_all_reduce(tmp_path):
     """b = 0: every update averages all n gradients of one model, as All-Reduce's does."""
     fields = dict(workload="mlp-digits", workers=4, iterations=15, pace_ms=5, seed=2,
