@@ -229,7 +229,7 @@ def _simulate_all(configs, models, out_dir: Path, events: str = "auto") -> None:
         else:
             failed += 1
             click.echo(f"FAIL {label}: {s['cause']}")
-    _echo_speedups(results)
+    _echo_speedups(results, names)
     click.echo(f"results in {out_dir} ({time.time() - started:.1f} s); `bench report {out_dir}` "
                "writes the report")
     if failed:
@@ -257,15 +257,17 @@ def _results_unwritable(config, run_dir: Path, error: OSError, left: int) -> Non
         f"stops here ({left} run(s) not started)", run_dir) from error
 
 
-def _echo_speedups(results) -> None:
-    """Throughput of each run over allreduce's in the same workload/workers/slowdown/seed."""
+def _echo_speedups(results, names: dict[str, str]) -> None:
+    """Throughput of each run over allreduce's in the same workload/workers/slowdown/seed,
+    each labelled as its progress line was (`names`: run id -> variant name)."""
     def key(r):
         c = r.config
         return (c.workload, c.workers, c.slowdown, c.seed)
 
     baseline = {key(r): r.summary["throughput"] for r in results
                 if r.config.algorithm == "allreduce" and r.summary["status"] == "ok"}
-    lines = [f"  {r.config.label()}: {r.summary['throughput'] / baseline[key(r)]:.2f}x"
+    lines = [f"  {r.config.label(names[r.config.run_id])}: "
+             f"{r.summary['throughput'] / baseline[key(r)]:.2f}x"
              for r in results if r.config.algorithm != "allreduce" and baseline.get(key(r))
              and r.summary["status"] == "ok"]
     if lines:

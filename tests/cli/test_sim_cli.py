@@ -152,3 +152,20 @@ def test_big_simulations_keep_one_record_per_worker_and_still_report(tmp_path, b
     assert full.returncode == 0, full.stderr
     run = next(p for p in (tmp_path / "full").iterdir() if p.is_dir())
     assert len(list(run.glob("events.rank*.jsonl"))) == 128
+
+
+def test_sim_labels_a_swept_option_in_progress_and_speedup_lines(tmp_path, bench):
+    """Two runs of one algorithm that differ in a swept option are told apart wherever bench
+    sim names them: `dpsgd` (the default, ring) and `dpsgd[topology=exponential]`, not two
+    lines both saying `dpsgd`."""
+    matrix = tmp_path / "swept.toml"
+    matrix.write_text('name = "swept"\nalgorithms = ["allreduce", "dpsgd"]\n'
+                      'workloads = ["mlp-digits"]\nworkers = [4]\nslowdown = ["none"]\n'
+                      'iterations = 10\npace_ms = 20\n'
+                      '[algorithm.dpsgd]\ntopology = ["ring", "exponential"]\n')
+    result = bench("sim", str(matrix), "--out", str(tmp_path / "sim"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    progress, _, speedups = result.stdout.partition("predicted throughput vs allreduce")
+    for lines in (progress, speedups):
+        assert "dpsgd[topology=exponential] mlp-digits" in lines
+        assert "dpsgd mlp-digits" in lines
