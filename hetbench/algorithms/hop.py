@@ -50,6 +50,7 @@ import torch
 from hetbench.algorithms import topologies
 from hetbench.algorithms.dpsgd import GossipOptions, gossip_graph, mix
 from hetbench.comm.clock import now_ns
+from hetbench.comm.comm import CommMisuse
 from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.options import opt
 from hetbench.core.tensors import flat_params, set_flat_params
@@ -173,6 +174,12 @@ class Hop(Algorithm):
                 f"set [algorithm.hop] backup_workers = {degree - 1}")
 
     def setup(self, ctx, model, optimizer):
+        if ctx.comm.backend == "nccl":
+            # Its receiver threads, one per edge, receive at once on one channel: gloo's
+            # pairs take that, NCCL's communicators are not to be used from several threads.
+            raise CommMisuse("hop receives from its neighbours on several threads at once, "
+                             "which NCCL does not allow; it needs gloo: run it with device = "
+                             "\"cpu\", or with its ranks sharing a GPU (gloo on CUDA tensors)")
         graph = gossip_graph(self.config, ctx.workers)
         self.neighbours = graph[ctx.rank]
         self.weights = topologies.mixing_weights(graph, self.config.weights)[ctx.rank]

@@ -234,6 +234,22 @@ def test_a_receive_from_any_sender_on_nccl_is_refused_with_what_to_do():
         comm.recv(torch.zeros(2))
 
 
+def test_hop_with_a_gpu_per_rank_is_refused_with_what_to_do():
+    """Hop's receivers (a thread per edge) receive at once on one channel, which NCCL's
+    communicators do not allow: refused in setup, naming gloo, not a hang in the backend."""
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    from hetbench.algorithms.hop import Hop, HopOptions
+    from hetbench.comm.comm import Comm
+
+    comm = Comm(0, 4, torch.device("cpu"), "nccl", dist.HashStore(), timeout_s=5)
+    ctx = SimpleNamespace(comm=comm, rank=0, workers=4)
+    with pytest.raises(CommMisuse, match="needs gloo"):
+        Hop(HopOptions()).setup(ctx, torch.nn.Linear(2, 1), None)
+
+
 def _traffic_and_probe(comm):
     comm.stages_through_host = True
     peer = 1 - comm.rank
