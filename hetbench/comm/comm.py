@@ -96,7 +96,8 @@ class Comm:
       at once (CommMisuse): it would need every rank of the world and hang;
     - point to point: `send`/`recv`/`isend`/`irecv` (recv from any sender with src=None, on
       gloo), or a `channel(name)` made in setup for a serving thread, used through the `*_on`
-      forms; `rpc(peer, call)` for a request to a service on a peer's node.
+      forms (`recv_head_on` also returns a message's header, read without waiting for the
+      device); `rpc(peer, call)` for a request to a service on a peer's node.
 
     Every call is bounded by the run's timeout (a dead peer is an exception, not a hang), and
     the harness records, per step, the ranks the calls met and the seconds point-to-point ones
