@@ -21,6 +21,12 @@ The model (cluster seconds; docs/network.md has the reasoning and its limits):
   the algorithm gloo and NCCL use for large messages: 2(n-1) steps (n-1 for a broadcast), each
   moving bytes/n over every ring link at once, so each step lasts as long as its slowest link.
   The NICs on the ring's inter-node links are held for the bytes they carry.
+  With `collective = "tree"` it is a pipelined double binary tree instead (NCCL's tree
+  algorithm; Sanders, Speck and Traeff, Parallel Computing 2009): the same bytes on every link
+  as the ring's (2(n-1)/n of them for an all-reduce: both move data at the bus bandwidth,
+  nccl-tests' PERFORMANCE.md), but a latency of 2 ceil(log2 n) hops instead of 2(n-1). At 1,024
+  ranks the ring's latency alone is 2,046 hops a collective: the tree is what a large cluster's
+  NCCL picks for it.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from typing import Any
 from hetbench.errors import UserError
 
 GBIT = 1e9 / 8  # bytes per second in one Gbit/s
+#: The collective algorithms the model knows (NetworkConfig.collective).
+COLLECTIVES = ("ring", "tree")
 
 
 @dataclass(frozen=True)
@@ -62,6 +70,9 @@ class NetworkConfig:
     #: or gloo connecting the members), added to that P-Reduce. 0: assumed free (the host's
     #: own set-up then counts against fidelity like any cost beyond the model).
     group_setup_ms: float = 0.0
+    #: How a collective moves its bytes: "ring" (2(n-1) latency hops) or "tree" (a pipelined
+    #: double binary tree: 2 ceil(log2 n) hops, the same bandwidth).
+    collective: str = "ring"
 
     def __post_init__(self):
         if self.workers_per_node < 1:
@@ -78,6 +89,9 @@ class NetworkConfig:
             raise ValueError(f"group_setup_ms must be >= 0, got {self.group_setup_ms}")
         if not self.max_lateness > 0:
             raise ValueError(f"max_lateness must be > 0, got {self.max_lateness}")
+        if self.collective not in COLLECTIVES:
+            raise ValueError(f"collective must be one of {', '.join(COLLECTIVES)}, got "
+                             f"{self.collective!r}")
 
 
 #: Named clusters, with every assumption beside the values (docs/network.md cites them).
@@ -125,9 +139,14 @@ def resolve_network(table: dict[str, Any] | None) -> dict[str, Any]:
             wanted = {"str": "a string", "int": "an integer", "float": "a number"}[kind]
             raise UserError(f"network: option {key} must be {wanted}, got {value!r}")
     try:
-        return dataclasses.asdict(NetworkConfig(**values))
+        resolved = dataclasses.asdict(NetworkConfig(**values))
     except ValueError as exc:
         raise UserError(f"network: {exc}") from None
+    if resolved["collective"] == "ring":
+        # The default, left out: a run's id hashes its network table, and every run with a
+        # [network] from before the option keeps its id (a rerun still finds it finished).
+        del resolved["collective"]
+    return resolved
 
 
 #: CPU seconds one worker's iteration costs the host beyond its compute (the Python loop, gloo's
@@ -231,11 +250,13 @@ class Cluster:
     def ring(self, members: Sequence[int], nbytes: float, t: float = 0.0,
              broadcast: bool = False) -> Ring:
         """A ring all-reduce (or, with `broadcast`, a pipelined ring broadcast) of nbytes over
-        `members`; zero for fewer than two."""
+        `members`, or the tree's (config.collective); zero for fewer than two."""
         ranks = sorted(set(members))
         n = len(ranks)
         if n < 2:
             return Ring(0.0, ())
+        if self.config.collective == "tree":
+            return self._tree(ranks, nbytes, t, broadcast)
         steps = n - 1 if broadcast else 2 * (n - 1)
         chunk = nbytes / n
         step_s = 0.0
@@ -249,6 +270,29 @@ class Cluster:
                 port_busy += [(egress(src), busy), (ingress(dst), busy)]
         return Ring(steps * step_s, tuple(port_busy))
 
+    def _tree(self, ranks: list[int], nbytes: float, t: float, broadcast: bool) -> Ring:
+        """A pipelined double binary tree over `ranks` (at least two): a reduction up and a
+        broadcast down (a broadcast: down only), ceil(log2 n) hops deep, moving the ring's
+        bytes at the slowest link's rate, each hop as slow as the slowest link's latency.
+        The members' links are the ring's (consecutive ranks, so a node's ranks reach other
+        nodes through their own NICs); every member with a link to another node holds its NIC
+        both ways for the bytes, as a ring member does."""
+        n = len(ranks)
+        latency, rate = 0.0, math.inf
+        crossing: set[int] = set()
+        for i, src in enumerate(ranks):
+            dst = ranks[(i + 1) % n]
+            hop_s, hop_rate = self.link(src, dst, t)
+            latency, rate = max(latency, hop_s), min(rate, hop_rate)
+            if self.node[src] != self.node[dst]:
+                crossing.update((src, dst))
+        depth = math.ceil(math.log2(n))
+        volume = nbytes if broadcast else 2 * (n - 1) / n * nbytes
+        busy = volume / rate
+        port_busy = tuple(pair for r in sorted(crossing)
+                          for pair in ((egress(r), busy), (ingress(r), busy)))
+        return Ring((1 if broadcast else 2) * depth * latency + busy, port_busy)
+
     def rpc_s(self, a: int, b: int) -> float:
         """Round trip of a small request from a to b and its answer (latency only)."""
         return 2 * self.link(a, b)[0]
@@ -260,6 +304,7 @@ class Cluster:
                 f"inter {c.inter_gbps:g} Gbit/s {c.inter_latency_us:g} us, intra "
                 f"{c.intra_gbps:g} Gbit/s {c.intra_latency_us:g} us, dilation {c.dilation:g}"
                 + (f", group set-up {c.group_setup_ms:g} ms" if c.group_setup_ms else "")
+                + (f", {c.collective} collectives" if c.collective != "ring" else "")
                 + (f" (preset {c.preset})" if c.preset else ""))
 
 

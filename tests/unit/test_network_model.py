@@ -76,6 +76,39 @@ def test_transfers_sharing_a_nic_queue_first_come_first_served():
     assert ledger.free_at([ingress(2)]) == pytest.approx(2.25)
 
 
+def test_a_tree_collective_moves_the_ring_s_bytes_with_log_n_latency():
+    """collective = "tree": 2 ceil(log2 n) latency hops where the ring takes 2(n-1), the same
+    bytes at the slowest link's rate, and the same NICs held for them. At 1,024 ranks of the
+    prague preset the ring's latency (2,046 hops of 25 us: 51 ms) is most of a 25 MB bucket's
+    all-reduce; the tree's is 0.5 ms."""
+    nbytes = 25e6
+    for n, hops in ((2, 1), (4, 2), (5, 3), (1024, 10)):
+        ring = model(workers=n, collective="ring", **PRESETS["prague"][0]).ring(range(n), nbytes)
+        tree = model(workers=n, collective="tree", **PRESETS["prague"][0]).ring(range(n), nbytes)
+        rate = (56 if n > 4 else 100) * GBIT  # a node holds 4: more are on other nodes
+        latency = 25e-6 if n > 4 else 5e-6
+        volume = 2 * (n - 1) / n * nbytes
+        assert tree.duration_s == pytest.approx(2 * hops * latency + volume / rate)
+        assert ring.duration_s == pytest.approx(2 * (n - 1) * latency + volume / rate)
+        # The NICs of every rank on a link to another node, both ways (the ring holds one way
+        # of each: the ring's ports are among them); none inside one node.
+        tree_ports = {p for p, _ in tree.port_busy}
+        assert {p for p, _ in ring.port_busy} <= tree_ports
+        crossing = {r for r in range(n) if n > 4 and r % 4 in (0, 3)}
+        assert tree_ports == {egress(r) for r in crossing} | {ingress(r) for r in crossing}
+        assert all(b == pytest.approx(volume / rate) for _, b in tree.port_busy)
+    at_scale = model(workers=1024, collective="tree", **PRESETS["prague"][0])
+    assert at_scale.ring(range(1024), nbytes).duration_s < 0.01
+    broadcast = model(workers=8, collective="tree", **PRESETS["prague"][0]).ring(
+        range(8), nbytes, broadcast=True)
+    assert broadcast.duration_s == pytest.approx(3 * 25e-6 + nbytes / (56 * GBIT))
+    with pytest.raises(UserError, match="collective must be one of ring, tree"):
+        resolve_network({"collective": "butterfly"})
+    # The default is left out of the resolved table: runs from before the option keep their ids.
+    assert "collective" not in resolve_network({"preset": "prague"})
+    assert resolve_network({"collective": "tree"})["collective"] == "tree"
+
+
 def test_a_network_table_resolves_its_preset_under_its_own_values():
     resolved = resolve_network({"preset": "prague", "dilation": 8})
     assert resolved["workers_per_node"] == PRESETS["prague"][0]["workers_per_node"]

@@ -121,3 +121,20 @@ def test_nic_fail_slow_episodes_slow_a_nic_bound_run_by_their_share(tmp_path):
                     slowdown="netfailslow:k=4;on=0.2;gap=0.6")
     assert episodes["throughput"] < 0.8 * healthy["throughput"]
     assert episodes["throughput"] == again["throughput"]
+
+
+def test_a_tree_collective_shortens_all_reduce_and_leaves_point_to_point_alone(tmp_path):
+    """collective = "tree" on a latency-bound cluster (64 ranks, 1 ms a hop): All-Reduce's
+    iteration is compute + a tree all-reduce (2 x 6 hops) instead of a ring's (2 x 63), and
+    D-PSGD, which sends point to point, runs exactly as before."""
+    network = {"workers_per_node": 1, "inter_latency_us": 1000, "inter_gbps": 100,
+               "nic_gbps": 100}
+    per_iteration = {}
+    for collective in ("ring", "tree"):
+        for algorithm in ("allreduce", "dpsgd"):
+            _, summary = _sim(tmp_path / collective, algorithm,
+                              {**network, "collective": collective}, workers=64)
+            per_iteration[algorithm, collective] = summary["train_wall_s"] / 40
+    assert per_iteration["allreduce", "ring"] >= 0.05 + 2 * 63 * 1e-3
+    assert 0.05 + 2 * 6 * 1e-3 <= per_iteration["allreduce", "tree"] < 0.05 + 2 * 7 * 1e-3
+    assert per_iteration["dpsgd", "tree"] == per_iteration["dpsgd", "ring"]
