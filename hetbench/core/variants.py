@@ -68,18 +68,22 @@ def timing_label(timing: Mapping[str, Any] | None) -> str:
 
 
 def network_label(network: Mapping[str, Any] | None) -> str:
-    """`none`, `prague/x8` (a preset as it is, dilation 8), or `custom-1a2b/x8` (own values,
-    told apart by a digest of the links)."""
+    """`none`, `prague/x8` (a preset as it is, dilation 8), `prague/tree/x8` (its collectives
+    as trees), or `custom-1a2b/x8` (own values, told apart by a digest of the links)."""
     if not network:
         return "none"
     from hetbench.network.model import resolve_network
 
-    links = {k: v for k, v in network.items() if k not in ("preset", "dilation", "max_lateness")}
+    links = {k: v for k, v in network.items()
+             if k not in ("preset", "dilation", "max_lateness", "collective")}
     preset = network.get("preset", "")
     name = preset or "custom"
     if not preset or any(resolve_network({"preset": preset})[k] != v for k, v in links.items()):
         digest = hashlib.sha1(json.dumps(links, sort_keys=True).encode()).hexdigest()[:4]
         name = f"{name}-{digest}"
+    collective = network.get("collective", "ring")
+    if collective != "ring":
+        name = f"{name}/{collective}"
     return f"{name}/x{network.get('dilation', 1.0):g}"
 
 

@@ -188,3 +188,18 @@ def test_lateness_is_kept_by_kind_of_operation_and_summed_over_ranks():
     assert kinds["compute"]["late_s"] == 0.0
     # Records written before kinds were kept give no breakdown.
     assert late_by_kind([{"late_s": 0.1}]) == {}
+
+
+def test_runs_on_a_preset_with_tree_collectives_are_named_apart():
+    """A preset's runs with trees are `prague/tree/x1` beside the ring's `prague/x1` (so a
+    report never averages the two), however else the table differs."""
+    from hetbench.core.variants import network_label
+
+    ring = resolve_network({"preset": "prague"})
+    tree = resolve_network({"preset": "prague", "collective": "tree"})
+    assert network_label(ring) == "prague/x1"
+    assert network_label(tree) == "prague/tree/x1"
+    own = network_label(resolve_network({"preset": "prague", "nic_gbps": 10,
+                                         "collective": "tree"}))
+    assert own.startswith("prague-") and own.endswith("/tree/x1")
+    assert _config(network=tree).run_id != _config(network=ring).run_id
