@@ -12,6 +12,10 @@ not. The two ratios disagree exactly when an algorithm needs more (or fewer) ite
 All-Reduce: where consensus or staleness eats (or adds to) its speed. A second table per
 slowdown gives those mechanisms: final consensus distance, mean staleness, gradients dropped and
 iterations skipped.
+
+Run directories are found at any depth (benchmarks/run_scale_study.py writes one directory per
+world size). A run whose [network] has `collective = "tree"` is its own row, `allreduce[tree]`
+say; `--baseline "allreduce[tree]"` divides by the tree All-Reduce instead of the ring's.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pathlib import Path
 
 def load(results: Path) -> dict[tuple[str, int, str], dict]:
     cells = {}
-    for run_dir in sorted(p for p in results.iterdir() if (p / "summary.json").exists()):
+    for run_dir in sorted(p.parent for p in results.rglob("summary.json")):
         summary = json.loads((run_dir / "summary.json").read_text())
         config = json.loads((run_dir / "config.json").read_text())
         if summary.get("status") != "ok":
@@ -35,7 +39,9 @@ def load(results: Path) -> dict[tuple[str, int, str], dict]:
                 if record.get("kind") == "target":
                     target = record
                     break
-        cells[(config["algorithm"], config["workers"], config["slowdown"])] = {
+        collective = (config.get("network") or {}).get("collective", "ring")
+        name = config["algorithm"] + ("" if collective == "ring" else f"[{collective}]")
+        cells[(name, config["workers"], config["slowdown"])] = {
             "throughput": summary["throughput"], "accuracy": summary.get("final_test_accuracy"),
             "target_s": target and target["wall_s"], "target_it": target and target["iteration"],
             "consensus": summary.get("final_consensus_distance"),
@@ -46,16 +52,16 @@ def load(results: Path) -> dict[tuple[str, int, str], dict]:
     return cells
 
 
-def table(cells: dict, slowdown: str) -> str:
+def table(cells: dict, slowdown: str, baseline: str = "allreduce") -> str:
     sizes = sorted({w for (_, w, s) in cells if s == slowdown})
     algorithms = sorted({a for (a, _, s) in cells if s == slowdown},
-                        key=lambda a: (a != "allreduce", a))
+                        key=lambda a: (a != baseline, a))
     lines = ["| algorithm | " + " | ".join(f"{w} workers" for w in sizes) + " |",
              "|---|" + "---|" * len(sizes)]
     for algorithm in algorithms:
         row = []
         for w in sizes:
-            cell, base = cells.get((algorithm, w, slowdown)), cells.get(("allreduce", w, slowdown))
+            cell, base = cells.get((algorithm, w, slowdown)), cells.get((baseline, w, slowdown))
             if cell is None or base is None:
                 row.append("")
                 continue
@@ -104,12 +110,14 @@ def mechanisms(cells: dict, slowdown: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=Path)
+    parser.add_argument("--baseline", default="allreduce",
+                        help="the row the ratios divide by (e.g. allreduce[tree])")
     args = parser.parse_args()
     cells = load(args.results)
     for slowdown in sorted({s for (_, _, s) in cells}):
-        print(f"\n**{slowdown}** (throughput / time-to-target speedup over All-Reduce, "
+        print(f"\n**{slowdown}** (throughput / time-to-target speedup over {args.baseline}, "
               "(iterations to target))\n")
-        print(table(cells, slowdown))
+        print(table(cells, slowdown, args.baseline))
         print(f"\n**{slowdown}**: final consensus distance C, mean staleness S (iterations), "
               "gradients dropped D, iterations skipped K\n")
         print(mechanisms(cells, slowdown))
