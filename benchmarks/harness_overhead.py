@@ -15,15 +15,19 @@ results/benchmarks/harness_overhead.json (the --out directory).
 
 On a GPU (issue 44): `--device cuda --model resnet18` runs hetbench's `resnet18` (synthetic
 images) and plain_ddp.py's same model, ranks sharing the GPU over gloo as both then do.
-`--also DIR` puts a third side in each round, hetbench as imported from another checkout (DIR
-holds its `hetbench` package: an older version, to measure what a change bought in the same
-sitting); the rounds rotate the sides' order.
+`--also [NAME=]DIR` (repeatable) puts another side in each round, hetbench as imported from
+another checkout (DIR holds its `hetbench` package: an older version, or one with a part taken
+out, to measure what a change bought or a part costs in the same sitting); the rounds rotate
+the sides' order. `--budget-s` starts no round that would not end within it (a round is
+assumed to take as long as the longest so far), and the result file is rewritten after each
+round, so a command cut off by its timeout keeps what it measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import statistics
@@ -149,8 +153,11 @@ def main() -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--impl", choices=["buckets", "ddp"], default="buckets",
                         help="hetbench allreduce's impl (plain_ddp.py is always DDP)")
-    parser.add_argument("--also", type=Path,
-                        help="a directory holding another hetbench package: a third side")
+    parser.add_argument("--also", action="append", default=[], metavar="[NAME=]DIR",
+                        help="a directory holding another hetbench package: a side more "
+                             "(repeatable; NAME defaults to 'also')")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="start no round that would not end within this many seconds")
     parser.add_argument("--plain-hook", action="store_true",
                         help="a side more: the plain loop with a Python communication hook")
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks"))
@@ -162,13 +169,28 @@ def main() -> None:
     args = parser.parse_args()
     results = []
     sides = {"plain": lambda w: plain(args, w), "hetbench": lambda w: hetbench(args, w)}
-    if args.also:
-        sides["also"] = lambda w: hetbench(args, w, args.also)
+    others = {}
+    for spec in args.also:
+        name, _, path = spec.rpartition("=")
+        others[name or "also"] = Path(path)
+    for name, path in others.items():
+        if name in ("plain", "hetbench", "plain_hook") or not (path / "hetbench").is_dir():
+            sys.exit(f"--also {name}={path}: a new side's name, and a directory holding a "
+                     "hetbench package")
+        sides[name] = functools.partial(lambda path, w: hetbench(args, w, path), path)
+    started = time.monotonic()
     if args.plain_hook:
         sides["plain_hook"] = lambda w: plain(args, w, ("--hook",))
     for workers in [int(w) for w in args.workers.split(",")]:
         pairs = []
+        longest_round_s = 0.0
         for i in range(args.pairs):
+            spent = time.monotonic() - started
+            if args.budget_s is not None and spent + longest_round_s > args.budget_s:
+                print(f"w={workers}: budget: {spent:.0f} s spent, a round takes "
+                      f"{longest_round_s:.0f} s; stopping after {i} rounds", flush=True)
+                break
+            round_started = time.monotonic()
             names = list(sides)
             order = names[i % len(names):] + names[:i % len(names)]
             runs = {}
@@ -185,40 +207,56 @@ def main() -> None:
                 ph, ph_cpu = measured_["plain_hook"]
                 pair.update(plain_hook=ph, plain_hook_ratio=ph / p, plain_hook_cpu_ms=ph_cpu)
                 line += f"   plain+hook {ph:8.1f} ratio {ph / p:.3f}"
-            if "also" in measured_:
-                a, a_cpu = measured_["also"]
-                pair.update(also=a, also_ratio=a / p, also_cpu_ms=a_cpu)
-                line += f"   --also {a:8.1f} ratio {a / p:.3f}"
+            for name in others:
+                a, a_cpu = measured_[name]
+                pair.update({name: a, f"{name}_ratio": a / p, f"{name}_cpu_ms": a_cpu})
+                line += f"   {name} {a:8.1f} ratio {a / p:.3f}"
             pairs.append(pair)
+            longest_round_s = max(longest_round_s, time.monotonic() - round_started)
             print(line + f"   CPU per rank-iteration: plain {p_cpu:.3f} ms, hetbench "
                   f"{h_cpu:.3f} ms; host cores busy " + ", ".join(
                       f"{name} {run['host_busy_cores']}" for name, run in runs.items()),
                   flush=True)
-        ratios = sorted(pair["ratio"] for pair in pairs)
-        quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
-        row = {"workers": workers, "pairs": pairs, "median_ratio": statistics.median(ratios),
-               "min_ratio": ratios[0], "max_ratio": ratios[-1],
-               "iqr": [quartiles[0], quartiles[2]],
-               "median_cpu_ms": {side: statistics.median(pair[f"{side}_cpu_ms"] for pair in pairs)
-                                 for side in ("plain", "hetbench")}}
-        if args.plain_hook:
-            row["plain_hook_median_ratio"] = statistics.median(
-                pair["plain_hook_ratio"] for pair in pairs)
-        if args.also:
-            row["also_median_ratio"] = statistics.median(pair["also_ratio"] for pair in pairs)
-        results.append(row)
-        print(f"w={workers}: median ratio {row['median_ratio']:.3f} "
-              f"(min {ratios[0]:.3f}, max {ratios[-1]:.3f}, "
-              f"IQR {quartiles[0]:.3f}-{quartiles[2]:.3f})"
-              + (f"; --also: median ratio {row['also_median_ratio']:.3f}" if args.also else ""),
-              flush=True)
+            write(args, [*results, summarized(args, workers, pairs, others)])
+        if pairs:
+            row = summarized(args, workers, pairs, others)
+            results.append(row)
+            print(f"w={workers}: median ratio {row['median_ratio']:.3f} "
+                  f"(min {row['min_ratio']:.3f}, max {row['max_ratio']:.3f}, "
+                  f"IQR {row['iqr'][0]:.3f}-{row['iqr'][1]:.3f})" + "".join(
+                      f"; {name}: median ratio {row[f'{name}_median_ratio']:.3f}"
+                      for name in [*others, *(["plain_hook"] if args.plain_hook else [])]),
+                  flush=True)
+    write(args, results)
+
+
+def summarized(args: argparse.Namespace, workers: int, pairs: list[dict], others) -> dict:
+    """The rounds of one worker count: median and spread of hetbench / plain, and the median
+    ratio of each other side to plain."""
+    ratios = sorted(pair["ratio"] for pair in pairs)
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    row = {"workers": workers, "pairs": pairs, "median_ratio": statistics.median(ratios),
+           "min_ratio": ratios[0], "max_ratio": ratios[-1],
+           "iqr": [quartiles[0], quartiles[2]],
+           "median_cpu_ms": {side: statistics.median(pair[f"{side}_cpu_ms"] for pair in pairs)
+                             for side in ("plain", "hetbench", *others)}}
+    for name in [*others, *(["plain_hook"] if args.plain_hook else [])]:
+        row[f"{name}_median_ratio"] = statistics.median(pair[f"{name}_ratio"] for pair in pairs)
+    return row
+
+
+def write(args: argparse.Namespace, results: list[dict]) -> None:
+    """The result file, whole (rewritten atomically after each round)."""
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps({
+    path = args.out / f"{args.name}.json"
+    partial = path.with_suffix(".json.tmp")
+    partial.write_text(json.dumps({
         "benchmark": "harness_overhead", "iterations": args.iterations, "hidden": args.hidden,
         "batch": args.batch, "model": args.model, "device": args.device, "impl": args.impl,
-        "also": str(args.also) if args.also else None,
+        "settle_s": args.settle_s, "also": args.also,
         "results": results, "command": " ".join(sys.argv),
         "time": datetime.datetime.now().isoformat()}, indent=1))
+    partial.replace(path)
 
 
 if __name__ == "__main__":

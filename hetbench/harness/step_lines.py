@@ -38,6 +38,18 @@ def cluster_fields(fields: dict[str, Any], dilation: float) -> dict[str, Any]:
             and not isinstance(value, bool) else value for key, value in fields.items()}
 
 
+def loss_for_line(loss: torch.Tensor) -> torch.Tensor:
+    """The step's loss, for its event line: on CUDA a copy to pinned host memory queued on the
+    stream now, before the step's end event, so that once the line is ready (the device passed
+    that event) reading it waits for nothing. `.item()` of the CUDA tensor would synchronize
+    the whole stream: the next iteration's work already queued behind the step included."""
+    loss = loss.detach()
+    if loss.device.type != "cuda":
+        return loss
+    host = torch.empty_like(loss, device="cpu", pin_memory=True)
+    return host.copy_(loss, non_blocking=True)
+
+
 class StepLines:
     """A worker's steps waiting for their times, written to its event log in order."""
 

@@ -50,7 +50,7 @@ from hetbench.errors import UserError
 from hetbench.harness.compute_end import ComputeEnd
 from hetbench.harness.evaluation import History, Snapshots, evaluate, note
 from hetbench.harness.profiling import LoopProfiler, part
-from hetbench.harness.step_lines import StepLines
+from hetbench.harness.step_lines import StepLines, loss_for_line
 from hetbench.network.emulator import Emulator
 
 #: Store key under which rank 0 publishes the services it started (runs without `bench run`).
@@ -317,7 +317,7 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
                     optimizer.zero_grad()  # set_to_none: no fill_ per parameter, as a plain loop
                     loss = workload.loss(net, (x, y))
                     loss.backward()  # DDP's hook may end compute in here (see compute_end.py)
-                    loss = loss.detach()  # read when the event line is written: no wait here
+                    loss = loss_for_line(loss)  # read when the line is written: no wait
             with part(profiler, "end_compute"):
                 end_compute()
             if fault:

@@ -30,11 +30,13 @@ def single_process_sgd(config: RunConfig) -> np.ndarray:
     return flat_params(model).numpy()
 
 
-@pytest.mark.parametrize("algorithm", ["allreduce", "ps-sync"])
-def test_synchronous_algorithms_match_single_process_sgd(tmp_path, algorithm):
+@pytest.mark.parametrize("algorithm,options", [("allreduce", {}), ("allreduce", {"impl": "ddp"}),
+                                               ("ps-sync", {})], ids=["allreduce", "ddp",
+                                                                     "ps-sync"])
+def test_synchronous_algorithms_match_single_process_sgd(tmp_path, algorithm, options):
     fields = dict(algorithm=algorithm, workload="mlp-digits", workers=WORKERS,
                   iterations=ITERATIONS, warmup_iterations=2, save_models=True, seed=3,
-                  workload_options={"lr": 0.2, "momentum": 0.9})
+                  workload_options={"lr": 0.2, "momentum": 0.9}, algorithm_options=options)
     summary = run_config(tmp_path, **fields)
     assert summary["status"] == "ok", summary["cause"]
     assert summary["iterations_per_worker"] == [ITERATIONS] * WORKERS
@@ -44,6 +46,9 @@ def test_synchronous_algorithms_match_single_process_sgd(tmp_path, algorithm):
     for rank, params in enumerate(final_models(tmp_path, WORKERS)):
         np.testing.assert_allclose(params, reference, rtol=1e-4, atol=2e-5,
                                    err_msg=f"{algorithm} rank {rank} diverged from SGD")
+    if options.get("impl") == "ddp":  # DDP all-reduces past Comm: its hook counts the bytes
+        model_mb = reference.size * 4 / 1e6
+        assert summary["collective_mb_per_iteration"] == pytest.approx(model_mb, rel=1e-6)
 
 
 def test_ps_async_converges_on_svm(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.distributed.test_preduce import _values
-from tests.helpers import final_models, on_ranks, run_config
+from tests.helpers import events, final_models, on_ranks, run_config
 
 pytestmark = pytest.mark.gpu
 
@@ -151,3 +151,9 @@ def test_cuda_run_matches_the_cpu_run(tmp_path, algorithm):
     for a, b in zip(final_models(tmp_path / "cpu", workers),
                     final_models(tmp_path / "cuda", workers), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    # Each line's loss is read from a host copy queued before the step's end (no stream
+    # synchronize): the values are the CPU run's, not a buffer read before its copy landed.
+    on_cpu, on_cuda = events(tmp_path / "cpu", workers), events(tmp_path / "cuda", workers)
+    for rank in range(workers):
+        np.testing.assert_allclose([e["loss"] for e in on_cuda[rank]],
+                                   [e["loss"] for e in on_cpu[rank]], rtol=1e-4, atol=1e-5)
