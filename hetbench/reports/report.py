@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from hetbench.core.store import write_text_atomic
+from hetbench.core.variants import base_name
 from hetbench.errors import UserError
 from hetbench.reports.html import Page
 from hetbench.reports.load import Scan, load_evals, load_runs, scan_runs
@@ -146,7 +147,8 @@ class Report:
     def notes(self) -> list[str]:
         """What a reader must know before trusting a number: pacing, synthetic, emulated."""
         runs = self.runs
-        notes = host_notes(runs) + clock_notes(runs) + gpu_notes(runs)
+        notes = baseline_notes(runs, self.baseline)
+        notes += host_notes(runs) + clock_notes(runs) + gpu_notes(runs)
         if "synthetic" in runs and runs["synthetic"].fillna(False).astype(bool).any():
             names = sorted(runs[runs["synthetic"].fillna(False).astype(bool)]["workload"].unique())
             notes.append(f"Synthetic data (not the real data set) in: {', '.join(names)}.")
@@ -182,6 +184,20 @@ class Report:
                    if target.source == "auto" else f"from {target.source}")
             notes.append(f"Target for {workload}: {target} ({how}).")
         return notes
+
+
+def baseline_notes(runs, baseline: str) -> list[str]:
+    """A warning when no run has the baseline's name but some are variants of it (a matrix that
+    sweeps one of its options, or runs it on two networks): every ratio column is then empty,
+    and the reader must pick the variant to compare against."""
+    if runs.empty or "algorithm" not in runs or (runs["algorithm"] == baseline).any():
+        return []
+    variants = sorted(a for a in runs["algorithm"].unique() if base_name(a) == baseline)
+    if not variants:
+        return []
+    return [f"No run is named {baseline}, so no ratio to it is shown: its runs here are "
+            f"variants ({', '.join(variants)}); pass one as --baseline, e.g. "
+            f"`--baseline \"{variants[0]}\"`."]
 
 
 def build_report(results_dir: Path, baseline: str = "allreduce",
