@@ -139,6 +139,8 @@ def scaling_plots(time_to_target: pd.DataFrame, out_dir: Path,
     time-to-target speedup over the baseline against the number of workers (log scale), one
     line per algorithm, a panel per slowdown. A cell whose runs never reached the target is a
     cross on the panel's floor, so a line that stops has a reason drawn."""
+    from matplotlib import colormaps
+
     speedup = f"speedup_vs_{baseline}"
     if time_to_target.empty or speedup not in time_to_target:
         return []
@@ -153,26 +155,32 @@ def scaling_plots(time_to_target: pd.DataFrame, out_dir: Path,
         fig = new_figure(6.0 * columns + 1.8, 3.6 * rows)
         axes = fig.subplots(rows, columns, squeeze=False)
         algorithms = order_algorithms(frame["algorithm"].unique(), baseline)
+        # A study has up to ~20 algorithms and variants: tab20 keeps them apart by colour.
+        colours = colormaps["tab20"]
         floor = max(1e-3, float(frame[speedup].min(skipna=True)) / 1.5)
         for i, slowdown in enumerate(slowdowns):
             ax = axes[i // columns][i % columns]
             panel = frame[frame["slowdown"] == slowdown]
+            crosses: dict[int, int] = {}  # crosses drawn so far at each world size
             for j, algorithm in enumerate(algorithms):
                 line = panel[panel["algorithm"] == algorithm].sort_values("workers")
-                style = dict(color=f"C{j % 10}", linestyle="-" if j < 10 else "--")
+                style = dict(color=colours(j % 20), linestyle="-" if j < 10 else "--")
                 reached = line[line[speedup].notna()]
                 ax.plot(reached["workers"], reached[speedup], marker="o", markersize=3,
                         label=algorithm if i == 0 else None, **style)
                 missed = line[line[speedup].isna()]
-                if not missed.empty:
-                    ax.scatter(missed["workers"], [floor] * len(missed), marker="x",
-                               color=style["color"])
+                if not missed.empty:  # stacked at the floor, so that each cross shows
+                    heights = []
+                    for workers in missed["workers"]:
+                        heights.append(floor * 1.4 ** crosses.get(workers, 0))
+                        crosses[workers] = crosses.get(workers, 0) + 1
+                    ax.scatter(missed["workers"], heights, marker="x", color=style["color"])
             ax.axhline(1.0, color="grey", linewidth=0.8)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xticks(sizes, [str(s) for s in sizes])
             ax.set_xlabel("workers", fontsize=8)
-            ax.set_ylabel(f"time-to-target speedup over {baseline}", fontsize=8)
+            ax.set_ylabel(f"time-to-target speedup\nover {baseline}", fontsize=7)
             ax.set_title(f"{workload}: {slowdown} (x: target not reached)", fontsize=9)
         for k in range(len(slowdowns), rows * columns):
             axes[k // columns][k % columns].set_visible(False)

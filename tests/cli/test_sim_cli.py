@@ -169,3 +169,19 @@ def test_sim_labels_a_swept_option_in_progress_and_speedup_lines(tmp_path, bench
     for lines in (progress, speedups):
         assert "dpsgd[topology=exponential] mlp-digits" in lines
         assert "dpsgd mlp-digits" in lines
+
+
+def test_a_report_of_runs_stored_without_event_lines_skips_the_timeline(tmp_path, bench):
+    """A study kept as config, summary and evaluations (its event lines left out to save
+    space) still reports: the default timeline run has nothing to draw, so there is none, with
+    a warning, instead of an error that loses the whole report."""
+    out = tmp_path / "sim"
+    result = bench("sim", "--algorithms", "allreduce,dpsgd", "--workloads", "mlp-digits",
+                   "--workers", "4", "--iterations", "10", "--pace-ms", "20", "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    for events in out.glob("*/events*.jsonl"):
+        events.unlink()
+    report = bench("report", str(out))
+    assert report.returncode == 0, report.stderr
+    assert "no timeline" in report.stderr
+    assert not (out / "timeline.png").exists() and (out / "report.md").exists()
