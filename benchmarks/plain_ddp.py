@@ -86,7 +86,10 @@ def train(rank: int, args: argparse.Namespace, port: int, results) -> None:
     # The window's two ends (warm-up's last iteration, the last) are the only places the loop
     # waits for the device: a host clock read there is then the device's too.
     timed_ends = {args.warmup - 1, args.iterations - 1} if device.type == "cuda" else set()
+    profile = None
     for i in range(args.iterations):
+        if args.profile and rank == 0:  # as hetbench's HETBENCH_PROFILE=START:COUNT does
+            profile = profiled(profile, i, args, device)
         t_start = time.time_ns()
         if position + args.batch > len(shard):
             np.random.shuffle(shard)
@@ -100,8 +103,37 @@ def train(rank: int, args: argparse.Namespace, port: int, results) -> None:
         if i in timed_ends:
             torch.cuda.synchronize(device)
         spans.append((t_start, time.time_ns(), time.process_time()))
+    if profile is not None:
+        profiled(profile, args.iterations, args, device, stop=True)
     dist.destroy_process_group()
     results[rank] = spans
+
+
+def profiled(profile, iteration: int, args: argparse.Namespace, device, stop: bool = False):
+    """torch.profiler over iterations START..START+COUNT-1 of rank 0 (`--profile START:COUNT`),
+    its table written to --profile-dir/profile.plain.rank0.txt: the same view of the plain
+    loop that HETBENCH_PROFILE gives of hetbench's, to set them side by side."""
+    start, count = (int(v) for v in args.profile.split(":"))
+    if profile is None and iteration == start and not stop:
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as torch_profile
+
+        activities = [ProfilerActivity.CPU]
+        if device.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        profile = torch_profile(activities=activities)
+        profile.__enter__()
+        return profile
+    if profile is not None and (iteration == start + count or stop):
+        profile.__exit__(None, None, None)
+        sort = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
+        out = Path(args.profile_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "profile.plain.rank0.txt").write_text(
+            f"plain loop, rank 0, iterations {start}..{start + count - 1}, {device}\n"
+            + profile.key_averages().table(sort_by=sort, row_limit=60))
+        return None
+    return profile
 
 
 def throughput(spans_by_rank: list[list[tuple[int, int, float]]], batch: int,
@@ -136,6 +168,9 @@ def main() -> None:
     parser.add_argument("--hook", action="store_true",
                         help="all-reduce through a Python communication hook (torch's "
                              "allreduce_hook), as hetbench's impl = ddp does")
+    parser.add_argument("--profile", metavar="START:COUNT",
+                        help="torch.profiler over these iterations of rank 0 (not a timing run)")
+    parser.add_argument("--profile-dir", default=".", help="where --profile writes its table")
     args = parser.parse_args()
     results = mp.Manager().dict()
     mp.spawn(train, args=(args, free_port(), results), nprocs=args.workers)
