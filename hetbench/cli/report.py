@@ -76,6 +76,10 @@ def report_cmd(results_dir: Path, baseline: str, target: tuple[str, ...], matrix
                          timeline_run, scan=scan)
     for kind, path in paths.items():
         click.echo(f"{kind}: {path}")
+    if "timeline" not in paths:
+        click.echo("warning: no timeline: no ok run kept its event lines (a simulation above "
+                   "64 workers keeps one record per worker; a stored study may leave them out)",
+                   err=True)
 
 
 @click.command("compare")

@@ -186,18 +186,6 @@ class Report:
         return notes
 
 
-def has_event_lines(run_dir) -> bool:
-    """Whether a run kept any event line (rank logs, or a simulation's events file)."""
-    return any(path.stat().st_size > 0 for path in Path(run_dir).glob("events*.jsonl"))
-
-
-def echo_warning(line: str) -> None:
-    """One warning line on stderr (the CLI's own convention)."""
-    import sys
-
-    print(f"warning: {line}", file=sys.stderr)
-
-
 def baseline_notes(runs, baseline: str) -> list[str]:
     """A warning when no run has the baseline's name but some are variants of it (a matrix that
     sweeps one of its options, or runs it on two networks): every ratio column is then empty,
@@ -269,12 +257,6 @@ def write_report(results_dir: Path, baseline: str = "allreduce",
     paths["waits_csv"] = out / "waits.csv"
     write_text_atomic(paths["waits_csv"], waits_long(list(report.waits)).to_csv(index=False))
     run = choose_run(report.runs, baseline, timeline_run) if timeline_run or not ok.empty else None
-    if run is not None and timeline_run is None and not has_event_lines(run["run_dir"]):
-        # The default choice of a directory whose runs keep no event lines (a study stored
-        # with config, summary and evaluations only): no timeline, and the rest of the report.
-        echo_warning(f"no timeline: its default run, {run['run_id']}, has no event lines "
-                     "(--timeline picks another)")
-        run = None
     if run is not None:
         warmup = run.get("warmup_iterations")
         paths["timeline"] = timeline_plot(run["run_dir"], out / "timeline.png",

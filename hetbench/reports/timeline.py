@@ -18,21 +18,30 @@ PHASES = [("compute_s", "compute", "#4c72b0"), ("slowdown_s", "injected slowdown
           ("wait_s", "waiting for peers", "#dd8452"), ("comm_s", "communication", "#55a868")]
 
 
+def has_event_lines(run_dir) -> bool:
+    """Whether a run directory holds any event line (its ranks' logs)."""
+    return any(path.stat().st_size > 0 for path in Path(run_dir).glob("events*.jsonl"))
+
+
 def choose_run(runs: pd.DataFrame, baseline: str = "allreduce",
                wanted: str | None = None) -> pd.Series | None:
     """The run to draw: `wanted` (a run id or a unique prefix), else the straggler showcase.
 
     The default is the baseline's ok run with the most injected slowdown (everyone waits for the
     straggler there), else any ok run with the most slowdown; only runs with event lines (not
-    a big simulation that kept one record per worker, `bench sim --events workers`). None when
-    no ok run has them.
+    a big simulation that kept one record per worker, `bench sim --events workers`, nor a run
+    stored without its lines). None when no ok run has them.
     """
     ok = runs[runs["status"] == "ok"]
+    kept = pd.Series(True, index=ok.index)
     if "events" in ok:
-        with_lines = ok[ok["events"].fillna("full") != "workers"]
-        if with_lines.empty and not ok.empty and not wanted:
-            return None
-        ok = with_lines
+        kept &= ok["events"].fillna("full") != "workers"
+    if "run_dir" in ok:  # and whose lines are on disk (a study may be stored without them)
+        kept &= ok["run_dir"].map(has_event_lines).astype(bool)
+    with_lines = ok[kept]
+    if with_lines.empty and not ok.empty and not wanted:
+        return None
+    ok = with_lines
     if wanted:
         match = runs[runs["run_id"].str.startswith(wanted)]
         if len(match) != 1:
