@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from hetbench.core.variants import base_name
 from hetbench.reports.load import Scan, load_env
 
 
@@ -273,3 +274,17 @@ def timing_notes(runs: pd.DataFrame) -> list[str]:
             f"simulated machines; their accuracy, loss, iterations and consensus are those "
             f"of {workload}, not a {timing_workload}'s.")
     return notes
+
+
+def baseline_notes(runs, baseline: str) -> list[str]:
+    """A warning when no run has the baseline's name but some are variants of it (a matrix that
+    sweeps one of its options, or runs it on two networks): every ratio column is then empty,
+    and the reader must pick the variant to compare against."""
+    if runs.empty or "algorithm" not in runs or (runs["algorithm"] == baseline).any():
+        return []
+    variants = sorted(a for a in runs["algorithm"].unique() if base_name(a) == baseline)
+    if not variants:
+        return []
+    return [f"No run is named {baseline}, so no ratio to it is shown: its runs here are "
+            f"variants ({', '.join(variants)}); pass one as --baseline, e.g. "
+            f"`--baseline \"{variants[0]}\"`."]

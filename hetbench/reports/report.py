@@ -9,11 +9,11 @@ from pathlib import Path
 import pandas as pd
 
 from hetbench.core.store import write_text_atomic
-from hetbench.core.variants import base_name
 from hetbench.errors import UserError
 from hetbench.reports.html import Page
 from hetbench.reports.load import Scan, load_evals, load_runs, scan_runs
 from hetbench.reports.notes import (
+    baseline_notes,
     clock_notes,
     gpu_notes,
     host_notes,
@@ -184,20 +184,6 @@ class Report:
                    if target.source == "auto" else f"from {target.source}")
             notes.append(f"Target for {workload}: {target} ({how}).")
         return notes
-
-
-def baseline_notes(runs, baseline: str) -> list[str]:
-    """A warning when no run has the baseline's name but some are variants of it (a matrix that
-    sweeps one of its options, or runs it on two networks): every ratio column is then empty,
-    and the reader must pick the variant to compare against."""
-    if runs.empty or "algorithm" not in runs or (runs["algorithm"] == baseline).any():
-        return []
-    variants = sorted(a for a in runs["algorithm"].unique() if base_name(a) == baseline)
-    if not variants:
-        return []
-    return [f"No run is named {baseline}, so no ratio to it is shown: its runs here are "
-            f"variants ({', '.join(variants)}); pass one as --baseline, e.g. "
-            f"`--baseline \"{variants[0]}\"`."]
 
 
 def build_report(results_dir: Path, baseline: str = "allreduce",

@@ -30,7 +30,7 @@ def test_three_sizes_draw_one_figure_and_two_draw_none(tmp_path):
 
 
 def test_a_baseline_run_only_as_variants_is_named_with_what_to_pass():
-    from hetbench.reports.report import baseline_notes
+    from hetbench.reports.notes import baseline_notes
 
     runs = pd.DataFrame({"algorithm": ["allreduce[network=prague/x1]",
                                        "allreduce[network=prague/tree/x1]", "dpsgd"]})
