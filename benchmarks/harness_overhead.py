@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import functools
 import json
 import os
 import statistics
@@ -177,7 +176,7 @@ def main() -> None:
         if name in ("plain", "hetbench", "plain_hook") or not (path / "hetbench").is_dir():
             sys.exit(f"--also {name}={path}: a new side's name, and a directory holding a "
                      "hetbench package")
-        sides[name] = functools.partial(lambda path, w: hetbench(args, w, path), path)
+        sides[name] = lambda w, path=path: hetbench(args, w, path)
     started = time.monotonic()
     if args.plain_hook:
         sides["plain_hook"] = lambda w: plain(args, w, ("--hook",))
@@ -247,16 +246,16 @@ def summarized(args: argparse.Namespace, workers: int, pairs: list[dict], others
 
 def write(args: argparse.Namespace, results: list[dict]) -> None:
     """The result file, whole (rewritten atomically after each round)."""
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{args.name}.json"
-    partial = path.with_suffix(".json.tmp")
-    partial.write_text(json.dumps({
+    if str(HERE.parent) not in sys.path:  # this checkout's hetbench, installed or not
+        sys.path.insert(0, str(HERE.parent))
+    from hetbench.core.store import write_json_atomic
+
+    write_json_atomic(args.out / f"{args.name}.json", {
         "benchmark": "harness_overhead", "iterations": args.iterations, "hidden": args.hidden,
         "batch": args.batch, "model": args.model, "device": args.device, "impl": args.impl,
         "settle_s": args.settle_s, "also": args.also,
         "results": results, "command": " ".join(sys.argv),
-        "time": datetime.datetime.now().isoformat()}, indent=1))
-    partial.replace(path)
+        "time": datetime.datetime.now().isoformat()})
 
 
 if __name__ == "__main__":
