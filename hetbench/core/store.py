@@ -104,9 +104,10 @@ def jsonl_line(record: dict[str, Any], encoded_tail: str = "") -> str:
 
 
 class EventLog:
-    """Append-only JSON lines, each written whole by one write(2) of the encoded line.
+    """Append-only JSON lines, written whole: a line, or a batch of whole lines, by one
+    write(2) of the encoded bytes.
 
-    The file never ends in part of a line: when the disk fills mid-line (a short write, then
+    The file never ends in part of a line: when the disk fills mid-write (a short write, then
     ENOSPC), the file is cut back to its last whole line and ResultsWriteError is raised (the
     rank's error path reports it as the run's cause).
     """
@@ -122,11 +123,18 @@ class EventLog:
             raise ResultsWriteError(path, exc) from exc
 
     def append(self, record: dict[str, Any], encoded_tail: str = "") -> None:
-        line = jsonl_line(record, encoded_tail).encode()
+        self._write(jsonl_line(record, encoded_tail).encode())
+
+    def append_many(self, records: list[dict[str, Any]]) -> None:
+        """Several records in one write (the worker loop's batches, step_lines.py)."""
+        if records:
+            self._write("".join(jsonl_line(record) for record in records).encode())
+
+    def _write(self, data: bytes) -> None:
         try:
-            written = os.write(self._fd, line)
-            while written < len(line):  # a short write: the disk filled mid-line
-                more = os.write(self._fd, line[written:])
+            written = os.write(self._fd, data)
+            while written < len(data):  # a short write: the disk filled mid-line
+                more = os.write(self._fd, data[written:])
                 if more == 0:
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
                 written += more
@@ -134,7 +142,7 @@ class EventLog:
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, self._whole)
             raise ResultsWriteError(self.path, exc) from exc
-        self._whole += len(line)
+        self._whole += len(data)
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -335,13 +335,13 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
                              else iteration + 1)
                 if history is not None:  # after the step; its time goes in the next one's
                     kept_s = history.add(steps.ended_s(times), iteration, model) / dilation
-                steps.write_ready()
+                steps.write_ready()  # in batches (step_lines.py)
     except BaseException:
         with contextlib.suppress(Exception):  # the cause is what propagates, not this
-            steps.write_all()
+            steps.close()
         raise
     else:
-        steps.write_all()
+        steps.close()
     finally:
         log.close()
         if profiler is not None:
