@@ -35,6 +35,7 @@ from typing import Literal
 import numpy as np
 import torch
 from torch import nn
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powerSGD
 
@@ -287,12 +288,15 @@ class AllReduce(Algorithm):
         # impl = buckets, or ddp without forward passes (emulated compute): average here.
         for bucket in self._buckets:
             grads = [p.grad for p in bucket]
-            flat = torch.cat([g.reshape(-1) for g in grads])
+            flat = _flatten_dense_tensors(grads)
             ctx.comm.average_(flat, members=ctx.worker_ranks)
-            offset = 0
-            for g in grads:
-                g.copy_(flat[offset:offset + g.numel()].view_as(g))
-                offset += g.numel()
+            # Each gradient becomes its view of the averaged bucket, as DDP's
+            # gradient_as_bucket_view does: no copy back. Copying slices back one by one (and
+            # concatenating them in Python) cost ~90 us of an mlp-digits iteration's ~1.1 ms
+            # of thread CPU on 4 ranks: most of what the harness cost beside a plain loop.
+            for param, averaged in zip(bucket, _unflatten_dense_tensors(flat, grads),
+                                       strict=True):
+                param.grad = averaged
         optimizer.step()
         return self._synced(ctx)
 

@@ -30,9 +30,9 @@ def single_process_sgd(config: RunConfig) -> np.ndarray:
     return flat_params(model).numpy()
 
 
-@pytest.mark.parametrize("algorithm,options", [("allreduce", {}), ("allreduce", {"impl": "ddp"}),
-                                               ("ps-sync", {})], ids=["allreduce", "ddp",
-                                                                     "ps-sync"])
+@pytest.mark.parametrize("algorithm,options", [
+    ("allreduce", {}), ("allreduce", {"bucket_mb": 0.01}), ("allreduce", {"impl": "ddp"}),
+    ("ps-sync", {})], ids=["allreduce", "allreduce-small-buckets", "ddp", "ps-sync"])
 def test_synchronous_algorithms_match_single_process_sgd(tmp_path, algorithm, options):
     fields = dict(algorithm=algorithm, workload="mlp-digits", workers=WORKERS,
                   iterations=ITERATIONS, warmup_iterations=2, save_models=True, seed=3,

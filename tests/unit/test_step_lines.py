@@ -6,8 +6,8 @@ import time
 
 import torch
 
-from hetbench.core.algorithm import StepInfo
 from hetbench.comm.comm import StepRecord
+from hetbench.core.algorithm import StepInfo
 from hetbench.core.config import RunConfig
 from hetbench.core.store import EventLog
 from hetbench.harness.compute_end import ComputeEnd
