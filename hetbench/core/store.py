@@ -94,12 +94,16 @@ def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
 
 
+#: One encoder for every line (json.dumps with options builds a new one per call).
+_LINE_ENCODER = json.JSONEncoder(separators=(",", ":"), default=float)
+
+
 def jsonl_line(record: dict[str, Any], encoded_tail: str = "") -> str:
     """`record` as one line of a JSONL log: compact JSON, newline-terminated, with
     `encoded_tail` (',"k":v,...', already JSON: fields a writer encodes once) inside the
     object, after the record's own keys. The one format of every event line, real or
     simulated."""
-    text = json.dumps(record, separators=(",", ":"), default=float)
+    text = _LINE_ENCODER.encode(record)
     return (text[:-1] + encoded_tail + "}\n") if encoded_tail else text + "\n"
 
 
