@@ -59,6 +59,17 @@ HALF_MINUTE_CASES = ["test_chaos", "torchrun", "link_down", "test_chaos_launcher
                      "services_host_lost", "clock"]
 
 
+#: The quarter-minute cases of the one-host suites (15-22 s each on a 2-core machine, the
+#: slowest tests outside the half-minute ones), two a day, in turn (each within four days), so
+#: that CI stays under 20 minutes: a plugin written from the public API, real and simulated
+#: (test_template_and_plugins.py) and a hybrid plugin's simulated half (test_plugin_hybrid.py);
+#: `--target` (test_target_flag.py); `bench tune` (test_tune_cli.py); `bench sim` refused
+#: while a run writes (test_results_dir_lock.py); twice the pacing, twice the time to target
+#: (test_time_to_target.py); the one-host note (test_host_note.py).
+QUARTER_MINUTE_CASES = ["hypercube-plugin", "target-flag", "tune", "plugin-simulated-half",
+                        "sim-refused-while-writing", "twice-the-pacing", "host-note"]
+
+
 def cases_of_today(cases: list[str], per_day: int = 1) -> list[str]:
     """Today's `per_day` of `cases`, in turn: every case runs within len(cases) / per_day
     days."""

@@ -3,8 +3,11 @@ how many ranks shared how many cores); a simulated or emulated-network report do
 
 import os
 
+from tests.helpers import QUARTER_MINUTE_CASES, skip_unless_today
+
 
 def test_real_runs_on_one_host_say_so_in_the_cli_and_the_report(tmp_path, bench):
+    skip_unless_today("host-note", QUARTER_MINUTE_CASES, per_day=2)
     out = tmp_path / "real"
     ran = bench("run", "--algorithms", "allreduce", "--workloads", "mlp-digits", "--workers",
                 "2", "--iterations", "12", "--out", out)

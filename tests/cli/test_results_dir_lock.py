@@ -5,6 +5,7 @@ import subprocess
 import time
 
 from hetbench.core.lock import LOCK_FILE
+from tests.helpers import QUARTER_MINUTE_CASES, skip_unless_today
 
 MATRIX = """
 name = "race"
@@ -106,6 +107,7 @@ def test_a_writer_killed_outright_leaves_no_lock(tmp_path, bench, bench_cmd, cli
 
 def test_sim_is_refused_while_a_run_writes_and_report_counts_runs_in_progress(tmp_path, bench,
                                                                             bench_cmd, cli_env):
+    skip_unless_today("sim-refused-while-writing", QUARTER_MINUTE_CASES, per_day=2)
     matrix = tmp_path / "race.toml"
     # The writer must still be training when `bench report` runs, after `bench sim` (each a
     # few seconds of start-up on a loaded machine): 400 iterations (4 s) once ended first.

@@ -2,8 +2,11 @@
 
 import csv
 
+from tests.helpers import QUARTER_MINUTE_CASES, skip_unless_today
+
 
 def test_target_flag_equals_the_matrix_key(tmp_path, bench):
+    skip_unless_today("target-flag", QUARTER_MINUTE_CASES, per_day=2)
     base = ('algorithms = ["allreduce", "dpsgd"]\nworkloads = ["mlp-digits"]\nworkers = [2]\n'
             "iterations = 60\npace_ms = 5\n")
     (tmp_path / "keyed.toml").write_text(base + 'target = "accuracy:0.8"\n')

@@ -3,6 +3,8 @@
 import csv
 import json
 
+from tests.helpers import QUARTER_MINUTE_CASES, skip_unless_today
+
 MATRIX = """
 name = "tune"
 algorithms = ["allreduce", "local-sgd"]
@@ -22,6 +24,7 @@ period = [2, 4]
 
 
 def test_tune_runs_equal_trials_and_reports_each_algorithms_best(tmp_path, bench):
+    skip_unless_today("tune", QUARTER_MINUTE_CASES, per_day=2)
     matrix = tmp_path / "tune.toml"
     matrix.write_text(MATRIX)
     out = tmp_path / "results"

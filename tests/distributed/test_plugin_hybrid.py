@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from tests.distributed.test_template_and_plugins import _install_plugin
-from tests.helpers import final_models
+from tests.helpers import QUARTER_MINUTE_CASES, final_models, skip_unless_today
 
 HYBRID = '''
 from dataclasses import dataclass
@@ -154,6 +154,7 @@ def test_the_plugins_simulated_half_is_attributed_and_learns_what_the_real_half_
     """Its simulated half, written from hetbench.api (Partners, the costs' exchange and ring,
     end_step's peer_ranks), runs through `bench sim`, event by event and in lockstep alike,
     and is attributed at every step; its learning half with period 1 is All-Reduce SGD."""
+    skip_unless_today("plugin-simulated-half", QUARTER_MINUTE_CASES, per_day=2)
     env = _install_plugin(tmp_path, HYBRID, "hybrid-gossip = my_plugin:HybridGossip", cli_env)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [env["PYTHONPATH"],
                                                        cli_env.get("PYTHONPATH")]))

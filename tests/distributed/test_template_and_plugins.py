@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from tests.helpers import final_models, run_config
+from tests.helpers import QUARTER_MINUTE_CASES, final_models, run_config, skip_unless_today
 
 
 def test_local_sgd_with_period_1_equals_allreduce(tmp_path):
@@ -404,6 +404,7 @@ def test_a_hypercube_plugin_from_the_public_api_is_attributed_real_and_simulated
     """The issue's proof: a plugin without timing code of its own, beside allreduce under a
     fixed straggler; "who waited for whom" pins its waiting on the straggler, real and
     simulated."""
+    skip_unless_today("hypercube-plugin", QUARTER_MINUTE_CASES, per_day=2)
     from hetbench.reports.waits import run_waits, waits_summary
 
     env = _install_plugin(tmp_path, HYPERCUBE, "hypercube = my_plugin:Hypercube", cli_env)
