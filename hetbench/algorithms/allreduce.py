@@ -291,9 +291,10 @@ class AllReduce(Algorithm):
             flat = _flatten_dense_tensors(grads)
             ctx.comm.average_(flat, members=ctx.worker_ranks)
             # Each gradient becomes its view of the averaged bucket, as DDP's
-            # gradient_as_bucket_view does: no copy back. Copying slices back one by one (and
-            # concatenating them in Python) cost ~90 us of an mlp-digits iteration's ~1.1 ms
-            # of thread CPU on 4 ranks: most of what the harness cost beside a plain loop.
+            # gradient_as_bucket_view does: no copy back. (torch._utils' flatten/unflatten are
+            # the C++ helpers DDP and apex use.) Concatenating in Python and copying slices
+            # back one by one took ~80 us of thread CPU per mlp-digits iteration on 4 ranks;
+            # this ~60 (BENCHMARKS.md "On the CPU, where the harness's own time went").
             for param, averaged in zip(bucket, _unflatten_dense_tensors(flat, grads),
                                        strict=True):
                 param.grad = averaged

@@ -10,8 +10,8 @@ Lines are written in batches, one write(2) each: once the oldest line has waited
 BATCH_LINES are waiting. Encoding and writing each line as its step ended cost ~90 us of a
 ~1.1 ms iteration of mlp-digits on 2 ranks (thread CPU; a syscall and JSON encoding with cold
 caches each iteration), and made the harness measurably slower than a plain loop (issue 44).
-A batch costs the step after which it is written a few milliseconds at most, outside every
-step's times (between one step's end and the next one's start). A loop stuck in a step (a
+A batch is encoded (~10-20 us a line in the loop) between one step's end and the next one's
+start, outside every step's times. A loop stuck in a step (a
 hung peer, a long wait) does not hold its lines back: a thread writes those waiting longer
 than STUCK_S, so what a launcher reads of a stalled run (the ranks' last iterations) is at
 most that old. A rank killed outright (SIGKILL) loses at most its last FLUSH_S of lines.
@@ -64,8 +64,7 @@ def loss_for_line(loss: torch.Tensor) -> torch.Tensor:
 
 class StepLines:
     """A worker's steps waiting for their times, written to its event log in order, in batches.
-    close() (or write_all) writes what is left and stops the thread that writes for a stuck
-    loop."""
+    close() writes what is left and stops the thread that writes for a stuck loop."""
 
     #: Seconds the oldest waiting line may wait before the loop writes the batch.
     FLUSH_S = 0.2
@@ -117,16 +116,13 @@ class StepLines:
         with self._lock:
             self._write_ready()
 
-    def write_all(self) -> None:
-        """Write every line left (waiting for the device where it must)."""
-        with self._lock:
-            self._write_lines(len(self._waiting))
-
     def close(self) -> None:
-        """Write every line left and stop the writer thread."""
+        """Stop the writer thread and write every line left (waiting for the device where it
+        must): the end of training, and its failure."""
         self._closed.set()
         self._writer.join()
-        self.write_all()
+        with self._lock:
+            self._write_lines(len(self._waiting))
 
     def _write_when_stuck(self) -> None:
         while not self._closed.wait(self.FLUSH_S):
