@@ -2,9 +2,8 @@
 compute stream, read once the device has passed them, so that the loop waits for the device
 only where a value is needed at once (a pace floor, a slowdown of this iteration's compute).
 
-No GPU here: a fake CUDA stream and events stand in for one. Like a GPU, the stream accepts work
-at once ("launches") and finishes it later; an event happens when the stream reaches it;
-synchronize() blocks until the work (or the event) is done.
+No GPU here: a fake CUDA stream and events stand in for one (tests/fake_cuda.py, the
+`fake_cuda` fixture).
 """
 
 import itertools
@@ -15,50 +14,7 @@ import torch
 
 from hetbench.harness.compute_end import ComputeEnd
 from hetbench.slowdown import parse_slowdown
-
-
-class FakeStream:
-    def __init__(self):
-        self.busy_until = 0.0
-        self.syncs = 0
-
-    def launch(self, seconds: float) -> None:
-        self.busy_until = max(self.busy_until, time.monotonic()) + seconds
-
-    def synchronize(self) -> None:
-        self.syncs += 1
-        time.sleep(max(0.0, self.busy_until - time.monotonic()))
-
-
-class FakeEvent:
-    """Happens when the stream it was recorded on reaches it (monotonic seconds)."""
-
-    waits = 0
-
-    def __init__(self, enable_timing=False):
-        self.at = None
-
-    def record(self, stream):
-        self.at = max(stream.busy_until, time.monotonic())
-
-    def query(self) -> bool:
-        return time.monotonic() >= self.at
-
-    def synchronize(self) -> None:
-        FakeEvent.waits += 1
-        time.sleep(max(0.0, self.at - time.monotonic()))
-
-    def elapsed_time(self, later) -> float:
-        return (later.at - self.at) * 1e3
-
-
-@pytest.fixture
-def fake_cuda(monkeypatch):
-    stream = FakeStream()
-    FakeEvent.waits = 0
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: stream)
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
-    return stream
+from tests.fake_cuda import FakeEvent
 
 
 def _compute_end(pace_s=0.0, slowdown="none"):

@@ -13,7 +13,6 @@ from hetbench.core.store import EventLog
 from hetbench.harness.compute_end import ComputeEnd
 from hetbench.harness.step_lines import StepLines
 from hetbench.slowdown import parse_slowdown
-from tests.unit.test_compute_timing import fake_cuda  # noqa: F401 - a fixture
 
 CONFIG = RunConfig(algorithm="allreduce", workload="mlp-digits", workers=2, iterations=10)
 
@@ -83,7 +82,7 @@ def test_a_stuck_loop_does_not_hold_its_lines_back(tmp_path):
     assert len(_lines(path)) == 2  # written once
 
 
-def test_a_line_waits_for_the_device_to_pass_its_step(tmp_path, fake_cuda):  # noqa: F811
+def test_a_line_waits_for_the_device_to_pass_its_step(tmp_path, fake_cuda):
     end, steps, path = _steps(tmp_path, device="cuda", FLUSH_S=0.0, STUCK_S=120.0)
     _step(end, steps, 0)
     assert [e["iteration"] for e in _lines(path)] == [0]
