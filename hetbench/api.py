@@ -20,6 +20,11 @@ The real half of an algorithm
   "from", "group", "peer", "server", "quorum", "named"; the dict says what each reads from
   the log and how it attributes), or a `WaitRule` of the plugin's own. Undeclared, the
   reports infer one from the fields the steps log.
+- The algorithm's own facts in the report: `summary_facts(config, events, done)` (a
+  classmethod: counts from every worker's event lines, StepInfo.fields included, in real and
+  simulated runs) and `fact_units` ({fact name: its unit}). summary.json holds them, and
+  `bench report` shows them in a table per algorithm and as `fact:<name>` columns of
+  report.csv.
 - `now_ns()`: the run's clock (nanoseconds), rank 0's on every rank: a time a step logs that
   another rank's is compared with (an arrival, a skip) must be read from it, not from
   time.time_ns(), whose hosts' clocks differ across machines.

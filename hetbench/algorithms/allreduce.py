@@ -145,6 +145,8 @@ class AllReduce(Algorithm):
     def simulated_protocol(cls):
         return AllReduceSim
 
+    fact_units = {"powersgd_compression_rate": "x (dense bytes / sent bytes)"}
+
     @classmethod
     def summary_facts(cls, config, events, done):
         if config.compression == "none":

@@ -70,6 +70,8 @@ class AllReduceBackup(Algorithm):
             raise UserError(f"allreduce-backup: backup_workers must be in 0..{workers - 1} "
                             f"with {workers} workers, got {config.backup_workers}")
 
+    fact_units = {"updates": "server updates"}
+
     @classmethod
     def summary_facts(cls, config, events, done):
         # gradients_dropped is every summary's (the events' samples_discarded).

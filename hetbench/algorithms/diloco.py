@@ -66,6 +66,8 @@ class DiLoCo(Algorithm):
             raise UserError(f"diloco: outer_momentum must be in [0, 1), got "
                             f"{config.outer_momentum}")
 
+    fact_units = {"outer_steps": "outer steps"}
+
     @classmethod
     def summary_facts(cls, config, events, done):
         return {"outer_steps": max((e.get("outer_step", 0) for e in events), default=0)

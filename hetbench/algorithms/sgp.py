@@ -87,6 +87,8 @@ class SGP(Algorithm):
         except ValueError as exc:
             raise UserError(f"{cls.name}: {exc}") from None
 
+    fact_units = {"ps_weight_min": "push-sum weight", "ps_weight_max": "push-sum weight"}
+
     @classmethod
     def summary_facts(cls, config, events, done):
         weights = [e["ps_weight"] for e in events if "ps_weight" in e]

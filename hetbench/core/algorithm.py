@@ -179,13 +179,26 @@ class Algorithm(ABC):
         with what the server should record in its done.rank<r>.json (or None)."""
         raise NotImplementedError(f"{self.name} has no server ranks")
 
+    #: The unit of each of summary_facts' values ({"outer_steps": "steps"}), shown beside its
+    #: name in the report's table of the algorithm's own facts; a fact not named here has
+    #: none.
+    fact_units: ClassVar[dict[str, str]] = {}
+
     @classmethod
     def summary_facts(cls, config: Any, events: list[dict[str, Any]],
                       done: list[dict[str, Any] | None]) -> dict[str, Any]:
-        """The algorithm's own synchronization facts for summary.json, from every worker's
-        events and every rank's done record (None for a rank without one): gradients
-        dropped, outer steps, push-sum weights. Nothing by default."""
+        """The algorithm's own facts for summary.json, from every worker's events (their
+        StepInfo.fields included, in real and simulated runs alike) and every rank's done
+        record (None for a rank without one; a simulated run has none): gradients dropped,
+        outer steps, push-sum weights. The report shows them in a table per algorithm (with
+        `fact_units`), and report.csv as `fact:<name>` columns. Nothing by default."""
         return {}
+
+    @classmethod
+    def facts_record(cls, facts: dict[str, Any]) -> dict[str, Any]:
+        """summary_facts' values as a summary holds them: each at the top level (where scripts
+        read them) and their names and units under "facts" (where the report finds them)."""
+        return {**facts, "facts": {name: cls.fact_units.get(name, "") for name in facts}}
 
     def finish(self, ctx: WorkerContext, model: nn.Module) -> dict[str, Any] | None:
         """Called on every worker after its budget is spent, before the final evaluation.

@@ -219,7 +219,7 @@ def time_to_target(config: RunConfig, ctx: WorkerContext, workload: Workload, mo
     stride = int(agreed(history.stride, ReduceOp.MAX))
     # "moment": what the time is, a step's end (some worker's; the averaged model changed
     # there) or the evaluation's tick (only when no step ended in the window searched).
-    found = {**records[first], "kind": "target", "target": config.target,
+    found = {**records[first], "kind": "target", "target": target.spec,
              "resolution_iterations": stride, "probes": 0, "exact": stride == 1,
              "moment": "evaluation"}
     if first == 0:

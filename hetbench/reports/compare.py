@@ -8,39 +8,14 @@ read as a result.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import pandas as pd
 
+from hetbench.reports.intervals import CONFIDENCE, Interval
 from hetbench.reports.tables import CELL, format_number, order_algorithms
-from hetbench.reports.targets import Target, time_to_target
+from hetbench.reports.targets import Target, reach
 
-CONFIDENCE = 0.95
-
-
-@dataclass(frozen=True)
-class Interval:
-    """Mean of per-seed values and its 95% t-interval (nan bounds with fewer than 2 seeds)."""
-
-    mean: float
-    low: float
-    high: float
-    n: int
-
-    @classmethod
-    def of(cls, values) -> Interval:
-        values = [float(v) for v in values if not pd.isna(v)]
-        n = len(values)
-        if n == 0:
-            return cls(math.nan, math.nan, math.nan, 0)
-        mean = sum(values) / n
-        if n < 2:
-            return cls(mean, math.nan, math.nan, n)
-        from scipy.stats import t
-
-        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-        half = t.ppf(0.5 + CONFIDENCE / 2, n - 1) * sd / math.sqrt(n)
-        return cls(mean, mean - half, mean + half, n)
+__all__ = ["CONFIDENCE", "Interval", "compare_frame", "compare_markdown", "ratio"]
 
 
 def ratio(a: Interval, b: Interval) -> tuple[float, float, float, str]:
@@ -60,11 +35,16 @@ def compare_frame(runs: pd.DataFrame, evals: pd.DataFrame, baseline: str,
                   targets: dict[str, Target]) -> pd.DataFrame:
     """Per (algorithm != baseline, workload, workers, slowdown): throughput and time ratios."""
     ok = runs[runs["status"] == "ok"]
-    times = {}
+    # A run's time counts only where it held the target: one that crossed and fell back has
+    # not reached it, and its early crossing would make the fastest-looking time of all.
+    times, not_held = {}, set()
     for run_id, run_evals in evals.groupby("run_id"):
         target = targets.get(run_evals["workload"].iloc[0])
         if target is not None:
-            times[run_id] = time_to_target(run_evals, target)[0]
+            found = reach(run_evals, target)
+            times[run_id] = found.seconds if found.held else math.nan
+            if found.crossed and not found.held:
+                not_held.add(run_id)
     rows = []
     for cell, group in ok.groupby(CELL, sort=True):
         base = group[group["algorithm"] == baseline]
@@ -90,6 +70,12 @@ def compare_frame(runs: pd.DataFrame, evals: pd.DataFrame, baseline: str,
                 who = [name for name, i in ((algorithm, mine_t), (baseline, base_t)) if i.n == 0]
                 tt = (*tt[:3], f"target not reached by {' and '.join(who)}"
                       if times else "no target (no evaluations)")
+            fell_back = [f"{name} {n} of {len(rows)} seeds" for name, rows in
+                         ((algorithm, mine), (baseline, base))
+                         if (n := int(rows["run_id"].isin(not_held).sum()))]
+            if fell_back:
+                mark = f"crossed, not held by {', '.join(fell_back)}"
+                tt = (*tt[:3], f"{tt[3]}; {mark}" if tt[3] else mark)
             rows.append({
                 "algorithm": algorithm, **dict(zip(CELL, cell, strict=True)),
                 "seeds": len(mine), "baseline_seeds": len(base),

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from hetbench.reports.tables import order_algorithms
+from hetbench.reports.targets import NOT_HELD
 
 X_AXES = {"time": ("wall_s", "wall time (s)"), "iterations": ("iteration", "iteration")}
 METRICS = [("test_loss", "test loss"), ("test_accuracy", "test accuracy")]
@@ -85,7 +86,9 @@ def headline_plot(throughput: pd.DataFrame, time_to_target: pd.DataFrame, path: 
     """headline.png: each algorithm against the baseline in each cell, a bar per slowdown:
     throughput (left) and, where runs reached a target, time-to-target speedup (right). A
     hatched bar synchronized markedly less than its protocol intends (its throughput is not
-    comparable); None when there is nothing to draw."""
+    comparable); a cross-hatched speedup crossed the target without most seeds (its own or
+    the baseline's) holding it, and says so above it (no result); None when there is nothing
+    to draw."""
     column = f"throughput_vs_{baseline}"
     if throughput.empty or column not in throughput:
         return None
@@ -113,10 +116,15 @@ def headline_plot(throughput: pd.DataFrame, time_to_target: pd.DataFrame, path: 
                     if hit.empty or pd.isna(hit[value].iloc[0]):
                         continue
                     flagged = bool(hit.get("sync_flag", pd.Series([None])).fillna("").iloc[0])
-                    ax.bar(x + (i - (len(slowdowns) - 1) / 2) * width, hit[value].iloc[0],
-                           width, color=colours[i], hatch="//" if flagged else None,
-                           edgecolor="black" if flagged else None, linewidth=0.5,
-                           label=None if slowdown in labelled else slowdown)
+                    lost = value == speedup and _not_held(frame, hit.iloc[0], baseline)
+                    at = x + (i - (len(slowdowns) - 1) / 2) * width
+                    ax.bar(at, hit[value].iloc[0], width, color=colours[i],
+                           hatch="xx" if lost else "//" if flagged else None,
+                           edgecolor="red" if lost else "black" if flagged else None,
+                           linewidth=0.5, label=None if slowdown in labelled else slowdown)
+                    if lost:
+                        ax.annotate("crossed,\nnot held", (at, hit[value].iloc[0]), fontsize=6,
+                                    color="red", ha="center", va="bottom")
                     labelled.add(slowdown)
             ax.axhline(1.0, color="grey", linewidth=0.8)
             ax.set_xticks(range(len(algorithms)), algorithms, rotation=30, ha="right",
@@ -129,6 +137,16 @@ def headline_plot(throughput: pd.DataFrame, time_to_target: pd.DataFrame, path: 
     return path
 
 
+def _not_held(ttt: pd.DataFrame, row, baseline: str) -> bool:
+    """Whether a time-to-target row crossed without most seeds holding it, or its baseline
+    did (tables.time_to_target_table's verdicts)."""
+    if "verdict" not in ttt:
+        return False
+    base = ttt[(ttt["algorithm"] == baseline) & (ttt["workload"] == row["workload"])
+               & (ttt["workers"] == row["workers"]) & (ttt["slowdown"] == row["slowdown"])]
+    return row["verdict"] == NOT_HELD or (not base.empty and base["verdict"].iloc[0] == NOT_HELD)
+
+
 #: Distinct world sizes of a workload from which the report draws time to target against them.
 SCALING_SIZES = 3
 
@@ -138,7 +156,8 @@ def scaling_plots(time_to_target: pd.DataFrame, out_dir: Path,
     """scaling-<workload>.png for each workload run at SCALING_SIZES or more world sizes:
     time-to-target speedup over the baseline against the number of workers (log scale), one
     line per algorithm, a panel per slowdown. A cell whose runs never reached the target is a
-    cross on the panel's floor, so a line that stops has a reason drawn."""
+    cross on the panel's floor, so a line that stops has a reason drawn; one that crossed it
+    without most seeds holding it is a hollow circle off the line (no result)."""
     from matplotlib import colormaps
 
     speedup = f"speedup_vs_{baseline}"
@@ -165,9 +184,15 @@ def scaling_plots(time_to_target: pd.DataFrame, out_dir: Path,
             for j, algorithm in enumerate(algorithms):
                 line = panel[panel["algorithm"] == algorithm].sort_values("workers")
                 style = dict(color=colours(j % 20), linestyle="-" if j < 10 else "--")
-                reached = line[line[speedup].notna()]
+                lost = pd.Series([_not_held(frame, r, baseline) for _, r in line.iterrows()],
+                                 index=line.index, dtype=bool)
+                reached = line[line[speedup].notna() & ~lost]
                 ax.plot(reached["workers"], reached[speedup], marker="o", markersize=3,
                         label=algorithm if i == 0 else None, **style)
+                held_not = line[line[speedup].notna() & lost]
+                if not held_not.empty:
+                    ax.scatter(held_not["workers"], held_not[speedup], marker="o",
+                               facecolors="none", edgecolors=style["color"])
                 missed = line[line[speedup].isna()]
                 if not missed.empty:  # stacked at the floor, so that each cross shows
                     heights = []
@@ -181,7 +206,8 @@ def scaling_plots(time_to_target: pd.DataFrame, out_dir: Path,
             ax.set_xticks(sizes, [str(s) for s in sizes])
             ax.set_xlabel("workers", fontsize=8)
             ax.set_ylabel(f"time-to-target speedup\nover {baseline}", fontsize=7)
-            ax.set_title(f"{workload}: {slowdown} (x: target not reached)", fontsize=9)
+            ax.set_title(f"{workload}: {slowdown} (x: not reached; o hollow: crossed, "
+                         "not held)", fontsize=9)
         for k in range(len(slowdowns), rows * columns):
             axes[k // columns][k % columns].set_visible(False)
         fig.legend(title="algorithm", loc="outside right upper", fontsize=7, frameon=False)

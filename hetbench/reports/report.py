@@ -11,6 +11,8 @@ import pandas as pd
 from hetbench.core.store import write_text_atomic
 from hetbench.errors import UserError
 from hetbench.reports.html import Page
+from hetbench.reports.intervals import Interval
+from hetbench.reports.latex import report_tex
 from hetbench.reports.load import Scan, load_evals, load_runs, scan_runs
 from hetbench.reports.notes import (
     baseline_notes,
@@ -27,19 +29,25 @@ from hetbench.reports.plots import convergence_plots, headline_plot, scaling_plo
 from hetbench.reports.tables import (
     HEALTH_COLUMNS,
     KEYS,
+    facts_by_cell,
+    facts_tables,
     format_number,
+    prague_intervals,
     prague_table,
     speedup_table,
     throughput_table,
     time_to_target_table,
     to_markdown,
 )
-from hetbench.reports.targets import Target, resolve_targets
+from hetbench.reports.targets import NOT_HELD, Target, resolve_targets
 from hetbench.reports.texts import (
+    FACTS_TEXT,
     NO_EVALS,
     PRAGUE_TEXT,
     SPEEDUP_TEXT,
     SYNC_TEXT,
+    SYNC_WARNINGS_HEAD,
+    TARGET_WARNINGS_HEAD,
     THROUGHPUT_TEXT,
     TIMELINE_TEXT,
     TTT_TEXT,
@@ -59,12 +67,13 @@ from hetbench.reports.waits import (
     waits_summary,
 )
 
-#: Columns of report.csv (the first six are a stable interface; scripts read them).
+#: Columns of report.csv (the first six are a stable interface; scripts read them), then
+#: every algorithm's own facts as `fact:<name>` (tables.facts_by_cell).
 CSV_COLUMNS = ["algorithm", "workload", "workers", "slowdown", "throughput",
-               "throughput_vs_{baseline}", "throughput_std", "seeds", "final_test_accuracy",
-               "final_test_perplexity",
+               "throughput_vs_{baseline}", "throughput_std", "seeds", "ratio_mean", "ratio_low",
+               "ratio_high", "ratio_n", "final_test_accuracy", "final_test_perplexity",
                "compute", "synthetic", "simulated", "pace_ms", "cpu_ms_per_iteration",
-               *HEALTH_COLUMNS, "sync_flag", "fidelity"]
+               *HEALTH_COLUMNS, "sync_flag", "sync_note", "fidelity"]
 
 
 @dataclass(frozen=True)
@@ -106,38 +115,47 @@ class Report:
 
     def sync_warnings(self) -> list[str]:
         """One line per cell whose throughput comes with markedly less synchronization than its
-        protocol intends (or whose algorithm does not record it): shown at the top."""
+        protocol intends: shown at the top. What a protocol does by design is no warning
+        (sync_note, in the health table)."""
         flagged = self.throughput[self.throughput["sync_flag"].fillna("") != ""]
         return [f"{r['algorithm']} on {r['workload']}, {r['workers']} workers, {r['slowdown']}: "
                 f"{r['sync_flag']}" for _, r in flagged.iterrows()]
 
     def health(self) -> pd.DataFrame:
         """Synchronization health per cell, beside its throughput ratio (the report's table)."""
-        columns = [*KEYS, f"throughput_vs_{self.baseline}", *HEALTH_COLUMNS, "sync_flag"]
+        columns = [*KEYS, f"throughput_vs_{self.baseline}", *HEALTH_COLUMNS, "sync_flag",
+                   "sync_note"]
         return self.throughput.reindex(columns=columns)
 
     def flagged_blocks(self) -> dict[str, pd.DataFrame]:
-        """The Prague-layout blocks with each flagged cell's value marked in place: "(low sync)",
-        or "(sync unknown)" for an algorithm that does not record its peers."""
+        """The Prague-layout blocks, each value the mean of per-seed ratios ± its 95% interval
+        (n seeds), with each flagged cell marked in place: "(low sync)", or "(sync unknown)"
+        for an algorithm that does not record its peers."""
         one_size = self.throughput["workers"].nunique() == 1
-        marks = {}
+        marks, spreads = {}, {}
+        intervals = prague_intervals(self.runs, self.baseline)
         for _, r in self.throughput.iterrows():
             row = r["workload"] if one_size else f"{r['workload']} ({r['workers']} workers)"
+            key = (row, r["slowdown"], r["algorithm"])
+            spreads[key] = intervals.get(tuple(r[KEYS]), Interval.of([]))
             mark = ""
             if r.get("sync_flag"):
-                mark = (" (sync unknown)" if r["sync_flag"].startswith("synchronization not")
-                        else " (low sync)")
+                mark = " (low sync)"
+            elif str(r.get("sync_note") or "").startswith("not recorded"):
+                mark = " (sync unknown)"
             if r.get("fidelity") == "low":  # the host fell behind the emulated network
                 mark += " (low fidelity)"
             if mark:
-                marks[(row, r["slowdown"], r["algorithm"])] = mark
+                marks[key] = mark
         blocks = {}
         for slowdown, block in self.prague.items():
             marked = block.astype(object).copy()
             for i, row in block.iterrows():
                 for algorithm in block.columns[1:]:
                     value = row[algorithm]
-                    text = format_number(value) if isinstance(value, float) else value
+                    spread = spreads.get((row["workload"], slowdown, algorithm))
+                    text = (spread.text(format_number) if spread is not None and spread.n
+                            else format_number(value) if isinstance(value, float) else value)
                     if text:
                         text += marks.get((row["workload"], slowdown, algorithm), "")
                     marked.at[i, algorithm] = text
@@ -182,8 +200,24 @@ class Report:
         for workload, target in sorted(self.targets.items()):
             how = ("picked automatically: 90% of the lowest final accuracy of any run"
                    if target.source == "auto" else f"from {target.source}")
-            notes.append(f"Target for {workload}: {target} ({how}).")
+            notes.append(f"Target for {workload}: {target} ({how}); a run holds it when "
+                         f"{target.describe_hold()}.")
         return notes
+
+    def target_warnings(self) -> list[str]:
+        """One line per cell that crossed its target without most seeds holding it (shown at
+        the top): its time to target appears only with that mark, and is no result."""
+        ttt = self.time_to_target
+        if ttt.empty:
+            return []
+        lost = ttt[ttt["verdict"] == NOT_HELD]
+        return [f"{r['algorithm']} on {r['workload']}, {r['workers']} workers, {r['slowdown']}: "
+                f"crossed {r['target']} but only {r['held']} of {r['seeds']} seed(s) held it "
+                "to the end of the run" for _, r in lost.iterrows()]
+
+    def facts(self) -> dict[str, pd.DataFrame]:
+        """Each algorithm's own facts (summary_facts) by cell."""
+        return facts_tables(self.runs, self.baseline)
 
 
 def build_report(results_dir: Path, baseline: str = "allreduce",
@@ -228,7 +262,12 @@ def write_report(results_dir: Path, baseline: str = "allreduce",
     paths: dict[str, Path] = {"csv": out / "report.csv"}
     report.extra = (*report.extra, *(Section(*part) for part in tolerance_sections(report, paths)))
     columns = [c.format(baseline=baseline) for c in CSV_COLUMNS]
-    write_text_atomic(paths["csv"], report.throughput.reindex(columns=columns).to_csv(index=False))
+    csv = report.throughput.reindex(columns=columns).merge(facts_by_cell(report.runs),
+                                                           on=KEYS, how="left")
+    write_text_atomic(paths["csv"], csv.to_csv(index=False))
+    paths["tex"] = out / "report.tex"
+    write_text_atomic(paths["tex"], report_tex(report.throughput, report.time_to_target,
+                                               baseline))
     paths["time_to_target_csv"] = out / "time_to_target.csv"
     write_text_atomic(paths["time_to_target_csv"], report.time_to_target.to_csv(index=False))
     if report.tuned is not None:
@@ -277,8 +316,10 @@ def markdown(report: Report, images: list[Path]) -> str:
     ]
     warnings = report.sync_warnings()
     if warnings:
-        parts += ["", "**Synchronization warnings** (these cells' throughput comes with less "
-                  "averaging than their protocol's):", "", *(f"- **{w}**" for w in warnings)]
+        parts += ["", f"**{SYNC_WARNINGS_HEAD}**", "", *(f"- **{w}**" for w in warnings)]
+    lost = report.target_warnings()
+    if lost:
+        parts += ["", f"**{TARGET_WARNINGS_HEAD}**", "", *(f"- **{w}**" for w in lost)]
     notes = report.notes()
     if notes:
         parts += ["", *(f"- {n}" for n in notes)]
@@ -300,6 +341,11 @@ def markdown(report: Report, images: list[Path]) -> str:
     for slowdown, block in report.flagged_blocks().items():
         parts += ["", f"### slowdown: {slowdown}", "", to_markdown(block)]
     parts += ["", "## Synchronization health", "", SYNC_TEXT, "", to_markdown(report.health())]
+    facts = report.facts()
+    if facts:
+        parts += ["", "## Algorithms' own facts", "", FACTS_TEXT]
+        for algorithm, table in facts.items():
+            parts += ["", f"### {algorithm}", "", to_markdown(table)]
     if report.waits:
         parts += ["", "## Who waited for whom", "", waits_text(report.waits), "",
                   to_markdown(waits_summary(list(report.waits)))]
@@ -336,9 +382,12 @@ def html_page(report: Report, images: list[Path]) -> Page:
                    f"{len(report.failed)} not ok.")
     warnings = report.sync_warnings()
     if warnings:
-        page.paragraph("Synchronization warnings (these cells' throughput comes with less "
-                       "averaging than their protocol's):", "warning")
+        page.paragraph(SYNC_WARNINGS_HEAD, "warning")
         page.bullets(warnings)
+    lost = report.target_warnings()
+    if lost:
+        page.paragraph(TARGET_WARNINGS_HEAD, "warning")
+        page.bullets(lost)
     page.bullets(report.notes())
 
     page.heading(f"Headline: each algorithm against {baseline}")
@@ -382,6 +431,13 @@ def html_page(report: Report, images: list[Path]) -> Page:
     page.heading("Synchronization health")
     page.help(SYNC_TEXT)
     page.table(report.health())
+    facts = report.facts()
+    if facts:
+        page.heading("Algorithms' own facts")
+        page.help(FACTS_TEXT)
+        for algorithm, table in facts.items():
+            page.heading(algorithm, 3)
+            page.table(table)
     if report.waits:
         page.heading("Who waited for whom")
         page.help(waits_text(report.waits))

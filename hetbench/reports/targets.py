@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -10,8 +11,8 @@ import pandas as pd
 from hetbench.core.target import ANY_WORKLOAD, METRICS, Target, parse_target
 from hetbench.errors import UserError
 
-__all__ = ["ANY_WORKLOAD", "METRICS", "Target", "parse_target", "parse_targets",
-           "resolve_targets", "targets_from_matrix", "time_to_target"]
+__all__ = ["ANY_WORKLOAD", "METRICS", "Reach", "Target", "parse_target", "parse_targets",
+           "reach", "resolve_targets", "targets_from_matrix", "time_to_target"]
 
 
 def parse_targets(specs: list[str] | tuple[str, ...],
@@ -96,3 +97,43 @@ def time_to_target(run_evals: pd.DataFrame, target: Target) -> tuple[float, floa
         if value is not None and not math.isnan(value):
             previous = row
     return math.nan, math.nan, ""
+
+
+@dataclass(frozen=True)
+class Reach:
+    """One run against a target: its first crossing (time_to_target) and whether it held it."""
+
+    seconds: float
+    iteration: float
+    how: str
+    #: Every evaluation from the crossing to the end of the run held the target (within its
+    #: hold tolerance); False for a run that never crossed.
+    held: bool
+
+    @property
+    def crossed(self) -> bool:
+        return not math.isnan(self.seconds)
+
+    @property
+    def verdict(self) -> str:
+        """"held", "crossed, not held" or "not reached": what every table says of the run."""
+        if not self.crossed:
+            return NOT_REACHED
+        return HELD if self.held else NOT_HELD
+
+
+HELD, NOT_HELD, NOT_REACHED = "held", "crossed, not held", "not reached"
+
+
+def reach(run_evals: pd.DataFrame, target: Target) -> Reach:
+    """The run's first crossing of `target` and whether it held it: every evaluation (snapshot
+    or final) at or after the crossing holds it (Target.holds), through the end of the run. A
+    run that touched the target and fell back, or diverged, has a crossing but no hold."""
+    seconds, iteration, how = time_to_target(run_evals, target)
+    if math.isnan(seconds):
+        return Reach(seconds, iteration, how, held=False)
+    later = run_evals[run_evals["kind"].isin(["snapshot", "final"])
+                      & (run_evals["wall_s"] >= seconds)]
+    values = later[target.column] if target.column in later else pd.Series(dtype=float)
+    held = not later.empty and all(target.holds(v) for v in values)
+    return Reach(seconds, iteration, how, held)

@@ -14,35 +14,57 @@ SYNC_TEXT = (
     "mean over the evaluation snapshots: in a run with a target, every worker's model after "
     "the same iteration, the last all had finished by the snapshot's moment, so All-Reduce's is "
     "0; without a target, each worker's model at that moment, which may be a step apart). "
-    "A cell averaging markedly less than its protocol intends is flagged here and at the top "
-    "of the report: its throughput is not comparable.")
+    "A cell averaging markedly less than its protocol intends (`sync_flag`) is flagged here and "
+    "at the top of the report: its throughput is not comparable. `sync_note` says what is no "
+    "defect: a protocol that averages rarely by design (DiLoCo, local SGD), or an algorithm "
+    "whose steps do not say whom they averaged with.")
+SYNC_WARNINGS_HEAD = ("Synchronization warnings (these cells averaged with their peers markedly "
+                      "less often than their protocol intends: their throughput is not "
+                      "comparable):")
+TARGET_WARNINGS_HEAD = ("Targets crossed, not held (these cells touched the target, but most "
+                        "of their seeds fell back below it before the run ended: their time to "
+                        "target is shown marked, and is no result):")
+FACTS_TEXT = (
+    "What each algorithm counts of its own runs (its `summary_facts`, with the units of its "
+    "`fact_units`), mean over the cell's ok seeds; report.csv has them as `fact:<name>` "
+    "columns, and each run's summary.json its own values.")
 TUNED_TEXT = (
     "Each algorithm's best `bench tune` trial in each cell: its time to target (mean over "
     "seeds; a trial counts only if every seed reached the target), the values it drew, how many "
     "of its trials reached the target, and its speedup over {baseline}'s best trial.")
 SPEEDUP_TEXT = (
-    "Time-to-target speedup over {baseline} (its mean time / this mean time; > 1 is faster), "
-    "with the range of per-seed speedups (each seed against {baseline}'s run of the same seed) "
-    "in parentheses. Times are found to one worker step for runs given the target, else "
-    "interpolated between evaluations: the `resolution` column below says which.")
+    "Time-to-target speedup over {baseline}: the mean over seeds of {baseline}'s time / this "
+    "time (each seed against {baseline}'s run of the same seed; > 1 is faster) ± the 95% "
+    "Student-t interval's half-width, and n, the seeds paired. A cell reaches the target only "
+    "when most of its seeds held it (every later evaluation within the target's hold "
+    "tolerance); a cell, or a baseline, that crossed it without that is marked \"crossed, not "
+    "held\" and is no result. Times are found to one worker step for runs given the target, "
+    "else interpolated between evaluations: the `resolution` column below says which.")
 
 
 THROUGHPUT_TEXT = (
     "Throughput is samples/s of all workers in the steady-state window (after warm-up, while "
     "every worker runs), mean over seeds; `throughput_vs_{baseline}` divides by {baseline} in "
-    "the same workload/workers/slowdown.")
+    "the same workload/workers/slowdown, and `ratio_mean` ± (`ratio_low`, `ratio_high`) is the "
+    "mean over seeds of each seed's ratio to {baseline}'s run of that seed with its 95% "
+    "Student-t interval (`ratio_n` seeds paired).")
 PRAGUE_TEXT = (
     "Laid out like the Prague slides: rows workloads, columns algorithms, a block per slowdown. "
     "Every value is divided by {baseline} with no slowdown in the same workload and worker "
     "count, so a slowdown block shows what each algorithm loses (where no run without slowdown "
-    "exists, by {baseline} under the same slowdown).")
+    "exists, by {baseline} under the same slowdown): the mean over seeds of each seed's ratio "
+    "(to {baseline}'s run of the same seed) ± its 95% Student-t interval's half-width, and n.")
 TTT_TEXT = (
     "Wall seconds (and iterations) until the average of the workers' models first meets the "
-    "target, mean over the seeds that reached it. `resolution`: \"1 step (refined)\" for runs "
-    "whose matrix named the target (found after training over every worker's model after each "
-    "step), \"interpolated\" (linearly between the two evaluations around the crossing, "
-    "eval_interval_s apart) otherwise. speedup_vs_{baseline} = {baseline}'s time / this time "
-    "(> 1 is faster); speedup_min/max: the range of per-seed speedups.")
+    "target, mean over the seeds that held it (over those that crossed it where most did not "
+    "hold it). `crossed`: seeds whose model met the target at some moment; `held`: those whose "
+    "every later evaluation stayed within the target's hold tolerance; `verdict`: \"held\" "
+    "when most seeds held it, \"crossed, not held\", or \"not reached\". `resolution`: \"1 "
+    "step (refined)\" for runs whose matrix named the target (found after training over every "
+    "worker's model after each step, once an evaluation met the target), \"interpolated\" "
+    "(linearly between the two evaluations around the crossing, eval_interval_s apart) "
+    "otherwise. speedup_vs_{baseline}: the mean of per-seed {baseline} time / this time (> 1 "
+    "is faster), speedup_low/high its 95% t-interval, speedup_n the seeds paired.")
 
 NO_EVALS = ("No ok run has evaluations (failed runs have none; emulated compute measures "
             "throughput only).")

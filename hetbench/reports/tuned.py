@@ -19,7 +19,7 @@ from hetbench.core.store import read_json
 from hetbench.errors import UserError
 from hetbench.harness.tune import TUNE_FILE
 from hetbench.reports.tables import CELL, format_number, order_algorithms
-from hetbench.reports.targets import Target, time_to_target
+from hetbench.reports.targets import Target, reach
 
 
 def load_tuning(results_dir: Path) -> dict[str, Any] | None:
@@ -49,7 +49,9 @@ def tuned_table(runs: pd.DataFrame, evals: pd.DataFrame, targets: dict[str, Targ
         target = targets.get(run["workload"])
         seconds = math.nan
         if run["status"] == "ok" and target is not None:
-            seconds = time_to_target(evals[evals["run_id"] == run_id], target)[0]
+            # A seed that crossed and fell back has not reached it (targets.reach).
+            found = reach(evals[evals["run_id"] == run_id], target)
+            seconds = found.seconds if found.held else math.nan
         info = trial_of[run_id]
         rows.append({"algorithm": info["algorithm"],
                      **{k: run[k] for k in CELL}, "target": str(target) if target else "",

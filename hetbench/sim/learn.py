@@ -121,6 +121,8 @@ class Learner:
         #: The run's target, timed to the iteration: the averaged model is scored after every
         #: iteration until it meets it (cheap for the models learned here).
         self.target = parse_target(config.target) if config.target else None
+        #: The first step end at which the averaged model met the target (after_iteration).
+        self._crossing: dict[str, Any] | None = None
         #: False: every gradient computed alone (the tests' reference for batching).
         self.batching = True
         # -- the event-driven protocols' state (begin / gradient / the row operations) --------
@@ -408,23 +410,33 @@ class Learner:
 
     def after_iteration(self, k: int, t_end: float, iteration: float | None = None) -> None:
         """With a target not met yet: whether the averaged model after iteration k meets it;
-        the first time it does, a "target" record at the iteration's end (its last worker's),
-        exact to the iteration, as a real run's search finds it to one step (`iteration`: the
-        workers' mean iteration then, where they are not all at k + 1)."""
-        if self.target is None:
+        the first time it does, the candidate "target" record at the iteration's end (its last
+        worker's), exact to the iteration, as a real run's search finds it to one step
+        (`iteration`: the workers' mean iteration then, where they are not all at k + 1).
+        finish() keeps it only where an evaluation met the target too (`_crossing`)."""
+        if self.target is None or self._crossing is not None:
             return
         scores = self._mean_scores()
         if self.target.met(scores.get(self.target.column)):
-            self.records.append({"kind": "target", "wall_s": t_end,
-                                 "iteration": float(k + 1) if iteration is None else iteration,
-                                 "target": self.config.target, "resolution_iterations": 1,
-                                 "probes": k + 1, "exact": True, "moment": "step end",
-                                 **scores})
-            self.target = None
+            self._crossing = {"kind": "target", "wall_s": t_end,
+                              "iteration": float(k + 1) if iteration is None else iteration,
+                              "target": self.target.spec, "resolution_iterations": 1,
+                              "probes": k + 1, "exact": True, "moment": "step end", **scores}
 
     def finish(self, end_s: float, iterations: int) -> None:
-        """The final evaluation, eval.jsonl, and (save_models) each worker's final model."""
+        """The final evaluation, the time to target, eval.jsonl, and (save_models) each
+        worker's final model.
+
+        The time to target follows a real run's rule (harness/evaluation.py): a run has one
+        only when one of its evaluations (the snapshots at eval_interval_s, or the final) met
+        the target; it is then the first step end at which the averaged model did. A crossing
+        between two evaluations that both missed is what a real run cannot see, so a learned
+        run does not count it either: the two would otherwise disagree on which cells reached
+        the target."""
         self.records.append({"kind": "final", "wall_s": end_s, **self._score(iterations)})
+        if self._crossing is not None and any(
+                self.target.met(r.get(self.target.column)) for r in self.records):
+            self.records.append(self._crossing)
         log = EventLog(self.run_dir / "eval.jsonl")
         try:
             for record in self.records:

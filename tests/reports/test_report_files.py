@@ -32,7 +32,8 @@ def png_size(data: bytes) -> tuple[int, int]:
 def test_write_report_writes_every_file(results):
     paths = write_report(results, targets={"mlp-digits": Target("accuracy", 0.6)})
     names = {p.name for p in paths.values()}
-    assert {"report.csv", "report.md", "report.html", "time_to_target.csv", "timeline.png",
+    assert {"report.csv", "report.md", "report.html", "report.tex", "time_to_target.csv",
+            "timeline.png",
             "timeline.json", "waits.csv", "waits.png", "convergence-mlp-digits-w2-time.png",
             "convergence-mlp-digits-w2-iterations.png", "headline.png"} == names
     for path in paths.values():

@@ -122,7 +122,8 @@ def test_time_to_target_matches_the_eval_logs():
             first_crossing(path, "test_accuracy", 0.6))
     for key, times in expected.items():
         assert table.loc[key, "time_to_target_s"] == pytest.approx(sum(times) / len(times))
-        assert table.loc[key, "reached"] == len(times)
+        assert table.loc[key, "held"] == table.loc[key, "crossed"] == len(times)
+        assert table.loc[key, "verdict"] == "held"
     # Hand-checked against the fixture files: allreduce first >= 0.6 at 0.5 s (0.4 s before),
     # ps-async at 0.3 s (0.2 s before): interpolated, both times fall inside those brackets.
     assert 0.4 < table.loc[("allreduce", "none"), "time_to_target_s"] <= 0.5
@@ -134,7 +135,8 @@ def test_time_to_target_matches_the_eval_logs():
 def test_unreachable_target_is_not_reached_rather_than_zero():
     runs = load_runs(RESULTS)
     table = time_to_target_table(runs, load_evals(runs), {"mlp-digits": Target("loss", 0.01)})
-    assert (table["reached"] == 0).all() and table["time_to_target_s"].isna().all()
+    assert (table["crossed"] == 0).all() and table["time_to_target_s"].isna().all()
+    assert (table["verdict"] == "not reached").all()
 
 
 def test_loss_targets_are_met_from_above():
@@ -153,7 +155,7 @@ def test_auto_target_is_below_every_runs_final_accuracy():
     assert target.source == "auto" and target.metric == "accuracy"
     assert target.value == math.floor(finals.min() * 0.9 * 100) / 100
     table = time_to_target_table(runs, evals, {"mlp-digits": target})
-    assert (table["reached"] == table["seeds"]).all()
+    assert (table["held"] == table["seeds"]).all()
     given = resolve_targets(evals, parse_targets(["loss:1.9"]))
     assert given["mlp-digits"] == Target("loss", 1.9)
 
@@ -226,25 +228,34 @@ def test_speedup_spread_pairs_each_seed_with_the_baselines_run_of_that_seed():
             run_id = f"{algorithm}-{seed}"
             rows.append({"run_id": run_id, "algorithm": algorithm, "workload": "svm",
                          "workers": 4, "slowdown": "none", "seed": seed, "status": "ok"})
-            evals.append({"run_id": run_id, "algorithm": algorithm, "workload": "svm",
-                          "workers": 4, "slowdown": "none", "seed": seed, "kind": "target",
-                          "wall_s": t, "iteration": 10, "test_accuracy": 0.9,
-                          "target": "accuracy:0.8"})
+            cell = {"run_id": run_id, "algorithm": algorithm, "workload": "svm",
+                    "workers": 4, "slowdown": "none", "seed": seed}
+            evals += [{**cell, "kind": "target", "wall_s": t, "iteration": 10,
+                       "test_accuracy": 0.9, "target": "accuracy:0.8"},
+                      {**cell, "kind": "final", "wall_s": 5.0, "iteration": 50,
+                       "test_accuracy": 0.9}]
     table = time_to_target_table(pd.DataFrame(rows), pd.DataFrame(evals),
                                  {"svm": parse_target("accuracy:0.8")}).set_index("algorithm")
-    assert table.loc["hop", "speedup_vs_allreduce"] == pytest.approx(3.0)  # 3 s / 1 s
-    assert table.loc["hop", ["speedup_min", "speedup_max"]].tolist() == [2.0, 4.0]
+    # The mean of the per-seed speedups 2 s / 1 s and 4 s / 1 s, not the ratio of mean times.
+    assert table.loc["hop", "speedup_vs_allreduce"] == pytest.approx(3.0)
+    # Two seeds: sd sqrt(2), t(0.975, 1) = 12.706, half-width 12.706 * sqrt(2) / sqrt(2).
+    assert table.loc["hop", "speedup_n"] == 2
+    assert table.loc["hop", "speedup_high"] - 3.0 == pytest.approx(12.706, abs=1e-3)
     headline = speedup_table(table.reset_index())
-    assert headline.loc[0, "hop"] == "3 (2-4)"
+    assert headline.loc[0, "hop"] == "3 ± 12.7 (n=2)"
 
 
 def test_sync_flags():
-    from hetbench.reports.tables import sync_flag
+    from hetbench.reports.tables import sync_flag, sync_note
 
     assert sync_flag(1.0, 1.0) == ""
     assert sync_flag(0.95, 1.0) == ""  # within the shortfall allowed
     assert sync_flag(0.34, 1.0).startswith("LOW SYNC: averaged with a peer in 34%")
     assert sync_flag(0.75, 0.75) == ""  # prague-static's schedule leaves some alone on purpose
-    assert sync_flag(0.25, 0.25).startswith("RARE SYNC")  # local SGD, period 4
-    assert sync_flag(None, 1.0).startswith("synchronization not recorded")
-    assert sync_flag(None, 1.0, simulated=True) == ""
+    # Rare by design (local SGD, period 4) and not recorded are notes, never warnings.
+    assert sync_flag(0.25, 0.25) == "" and sync_flag(None, 1.0) == ""
+    assert sync_flag(0.05, 0.25).startswith("LOW SYNC")  # below even its rare intent
+    assert sync_note(0.25, 0.25).startswith("rare by design")
+    assert sync_note(None, 1.0).startswith("not recorded")
+    assert sync_note(None, 1.0, simulated=True) == ""
+    assert sync_note(1.0, 1.0) == ""
