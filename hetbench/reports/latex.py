@@ -27,7 +27,9 @@ _SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": 
 
 
 def escape(text: str) -> str:
-    return "".join(_SPECIAL.get(c, c) for c in str(text))
+    """Text as LaTeX typesets it (a target's ">=" as a relation, not two characters)."""
+    text = "".join(_SPECIAL.get(c, c) for c in str(text))
+    return text.replace(">=", r"$\geq$").replace("<=", r"$\leq$")
 
 
 def number(value: float) -> str:

@@ -262,8 +262,9 @@ def write_report(results_dir: Path, baseline: str = "allreduce",
     paths: dict[str, Path] = {"csv": out / "report.csv"}
     report.extra = (*report.extra, *(Section(*part) for part in tolerance_sections(report, paths)))
     columns = [c.format(baseline=baseline) for c in CSV_COLUMNS]
-    csv = report.throughput.reindex(columns=columns).merge(facts_by_cell(report.runs),
-                                                           on=KEYS, how="left")
+    csv = (report.throughput.reindex(columns=columns)
+           .merge(target_columns(report.time_to_target, baseline), on=KEYS, how="left")
+           .merge(facts_by_cell(report.runs), on=KEYS, how="left"))
     write_text_atomic(paths["csv"], csv.to_csv(index=False))
     paths["tex"] = out / "report.tex"
     write_text_atomic(paths["tex"], report_tex(report.throughput, report.time_to_target,
@@ -303,6 +304,19 @@ def write_report(results_dir: Path, baseline: str = "allreduce",
     paths["html"] = out / "report.html"
     write_text_atomic(paths["html"], html_page(report, images).render())
     return paths
+
+
+def target_columns(ttt: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """What report.csv says of each cell's target: the verdict (held by most seeds, crossed
+    and not held, not reached), the seeds that held it, and the speedup with its interval."""
+    columns = {"target": "target", "verdict": "target_verdict", "held": "target_held",
+               "crossed": "target_crossed", "time_to_target_s": "time_to_target_s",
+               f"speedup_vs_{baseline}": f"speedup_vs_{baseline}",
+               "speedup_low": "speedup_low", "speedup_high": "speedup_high",
+               "speedup_n": "speedup_n"}
+    if ttt.empty:
+        return pd.DataFrame(columns=[*KEYS, *columns.values()])
+    return ttt[[*KEYS, *columns]].rename(columns=columns)
 
 
 def markdown(report: Report, images: list[Path]) -> str:

@@ -5,6 +5,7 @@ import pytest
 
 from hetbench.core.config import RunConfig
 from hetbench.core.registry import ALGORITHMS
+from hetbench.reports.tables import sync_flag
 from hetbench.sim.engine import REAL_ONLY, simulate
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels
 from tests.helpers import run_config
@@ -22,6 +23,9 @@ def test_simulated_and_real_summaries_have_the_same_fields(tmp_path, algorithm):
                   algorithm_options=OPTIONS.get(algorithm, {}))
     real = run_config(tmp_path / "real", **fields)
     assert real["status"] == "ok", real["cause"]
+    # Every built-in at its default options, the template included, synchronizes as its
+    # protocol intends: the report's warnings section is for defects only (issue 55).
+    assert sync_flag(real["sync_share"], real["sync_intended"]) == "", algorithm
     models = SimModels(NetworkModel(alpha_s=20e-6, beta_bytes_per_s=1.25e9), ComputeModel())
     simulated = simulate(RunConfig(**fields), models, tmp_path / "sim").summary
     assert simulated["status"] == "ok"
