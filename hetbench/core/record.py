@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import numbers
 import re
 import time
 from pathlib import Path
@@ -70,6 +71,16 @@ def logged_peer_ranks(ranks, rank: int, workers: int) -> list[int] | None:
     return sorted(met)
 
 
+#: The keys of an event line that the harness writes itself (step_event), which an algorithm's
+#: fields may not set: they are the harness's measurements and the line's identity. Of the
+#: harness's keys an algorithm may set only `samples` (the samples its step used), which then
+#: stands where the batch size would (and is what throughput counts).
+HARNESS_KEYS = frozenset({
+    "schema_version", "run_id", "rank", "iteration", "t_start", "t_end", "compute_s",
+    "slowdown_s", "comm_s", "wait_s", "loss", "snapshot_s", "process_cpu_s", "peers",
+    "staleness", "peer_ranks", "waited_on", "samples_discarded"})
+
+
 def step_event(run_id: str, rank: int, iteration: int, t_start_ns: int, t_end_ns: int,
                compute_s: float, slowdown_s: float, comm_s: float, wait_s: float,
                samples: int, *, loss: float = float("nan"), snapshot_s: float = 0.0,
@@ -81,7 +92,25 @@ def step_event(run_id: str, rank: int, iteration: int, t_start_ns: int, t_end_ns
     simulated ones (the simulator) alike: the step's times, samples (0 when the protocol
     threw its gradient away: samples_discarded says how many), its synchronization (peers,
     staleness, peer_ranks; waited_on: whose message ended its waits), what only a real host
-    measures (`measured`: process_cpu_s), and the algorithm's own fields last."""
+    measures (`measured`: process_cpu_s), and the algorithm's own fields last.
+
+    A field may set `samples` (the samples the step used: the line holds it once, in the
+    batch size's place); a field naming another of HARNESS_KEYS is refused (ValueError): no
+    key appears twice in a line, and no algorithm overwrites what the harness measured."""
+    if fields:
+        if not HARNESS_KEYS.isdisjoint(fields):
+            raise ValueError(
+                "an algorithm's event fields may not set "
+                f"{', '.join(sorted(HARNESS_KEYS.intersection(fields)))}: the harness writes "
+                "them (of its keys only samples, the samples the step used, may be set)")
+        if "samples" in fields:
+            samples = fields["samples"]
+            if isinstance(samples, bool) or not isinstance(samples, numbers.Integral) \
+                    or samples < 0:
+                raise ValueError(f"an algorithm's event field samples must be a count of "
+                                 f"samples (an int >= 0), got {samples!r}")
+            samples = int(samples)
+            fields = {key: value for key, value in fields.items() if key != "samples"}
     event = {"schema_version": SCHEMA_VERSION, "run_id": run_id, "rank": rank,
              "iteration": iteration, "t_start": t_start_ns, "t_end": t_end_ns,
              "compute_s": compute_s, "slowdown_s": slowdown_s, "comm_s": comm_s,

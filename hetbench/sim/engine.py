@@ -17,13 +17,14 @@ import math
 import shutil
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from hetbench.core.algorithm import Algorithm
 from hetbench.core.config import RunConfig
 from hetbench.core.record import summary_head
 from hetbench.core.registry import ALGORITHMS
@@ -172,7 +173,7 @@ class Engine:
         as the event path's. Then each worker's budget is spent at its last step's end, and
         finish() runs as events (a protocol's finish may still synchronize)."""
         n, sink, protocol = self.n, self.sink, self.protocol
-        full = sink is None or sink.full
+        full = self.full_events
         t = np.zeros(n)
         for k in range(self.config.iterations):
             if self._draw is None:
@@ -314,8 +315,9 @@ class Engine:
 
     @property
     def full_events(self) -> bool:
-        """Whether event lines are written (protocols skip formatting fields otherwise)."""
-        return self.sink is None or self.sink.full
+        """Whether the steps' fields are wanted: event lines are written, or the algorithm's
+        summary_facts reads events (protocols skip formatting fields otherwise)."""
+        return self.sink is None or self.sink.wants_fields
 
     def done(self, w: int) -> None:
         """Worker w has finished (its finish() returned)."""
@@ -376,7 +378,8 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path,
         engine.learner = Learner(config, run_dir)
     write_json_atomic(run_dir / "config.json", config.to_dict())
     write_json_atomic(run_dir / "env.json", {**environment(), "simulated": True})
-    sink = engine.sink = EventSink(config, run_dir, full_events(events, config.workers))
+    sink = engine.sink = EventSink(config, run_dir, full_events(events, config.workers),
+                                   keep=facts_read_events(config))
     status, cause, stopped = "ok", None, None
     try:
         try:
@@ -428,7 +431,7 @@ def _summary(config: RunConfig, models: SimModels, engine: Engine, status: str,
         **summary_head(config, status, cause, started),
         **engine.sink.summary(config),
         **(engine.learner.summary() if engine.learner is not None and status == "ok" else {}),
-        **_facts(config, stats),
+        **_facts(config, stats, engine.sink.kept_events()),
         "simulated": True, "sim": {**models.to_dict(config), **stats},
         # A learned run trained its simulated workers on the workload's data; a timing-only
         # one trained on none.
@@ -461,13 +464,55 @@ def timing_summary(config: RunConfig, engine: Engine) -> dict[str, Any]:
     }
 
 
-def _facts(config: RunConfig, stats: dict[str, Any]) -> dict[str, Any]:
-    """The algorithm's summary_facts, as a real summary has them: the same keys, with what the
-    protocol counted (its stats) where it counted the same thing, None where a fact needs what
-    only real ranks record (their event fields, their done records)."""
+def _facts(config: RunConfig, stats: dict[str, Any], events) -> dict[str, Any]:
+    """The algorithm's summary_facts, as a real summary has them: from every worker's
+    events as the simulated run's lines hold them (the sink's kept events; written or
+    not), with what the protocol counted (its stats) where it counted the same thing, None
+    where a fact needs what only real ranks record (their done records)."""
     algorithm = config.algorithm_class()
-    facts = algorithm.summary_facts(config.algorithm_config(), [], [None] * config.world_size)
+    facts = algorithm.summary_facts(config.algorithm_config(), events,
+                                    [None] * config.world_size)
     return {key: stats.get(key, value) for key, value in facts.items()}
+
+
+class _Probe(Sequence):
+    """No events, and a note of whether anything looked at them (facts_read_events)."""
+
+    def __init__(self):
+        self.read = False
+
+    def __len__(self) -> int:
+        self.read = True
+        return 0
+
+    def __getitem__(self, index):
+        self.read = True
+        return [][index]
+
+    def __iter__(self):
+        self.read = True
+        return iter(())
+
+
+def facts_read_events(config: RunConfig) -> bool:
+    """Whether config's algorithm's summary_facts reads the events it is given, so that the
+    simulator must keep what rebuilds every event (EventSink.keep; at 1,024 workers x 1,000
+    iterations a worker-by-worker lockstep path and about a hundred bytes per event).
+
+    Found by calling it on no events that note being looked at, with the config and done
+    records the simulated run's call gets: a summary_facts that does not look at them there
+    follows the same path at the end of the run (nothing it branches on differs), so it never
+    needs them. One not overridden (Algorithm's: nothing) is not called; one that fails on no
+    events is taken to read them."""
+    algorithm = config.algorithm_class()
+    if getattr(algorithm.summary_facts, "__func__", None) is Algorithm.summary_facts.__func__:
+        return False
+    probe = _Probe()
+    try:
+        algorithm.summary_facts(config.algorithm_config(), probe, [None] * config.world_size)
+    except Exception:
+        return True
+    return probe.read
 
 
 def _clear_previous(run_dir: Path) -> None:

@@ -33,7 +33,8 @@ class Steps:
     #: StepInfo.staleness: the same for every worker (None: not reported), or (full event
     #: lines only) one per worker.
     staleness: float | list | None = 0.0
-    #: Per worker, the event line's extra fields (only asked for with full event logs).
+    #: Per worker, the event line's extra fields (only asked for where fields are wanted: full
+    #: event logs, or an algorithm whose summary_facts reads events).
     fields: list | None = None
     #: Per worker, the ranks its step synchronized with (StepInfo.peer_ranks; only asked for
     #: with full event logs); None: every step met every worker, or the protocol does not say.
@@ -75,13 +76,18 @@ class Protocol:
       staleness=None, discarded=False, peer_ranks=None)`: worker w's step ends at t_end (>=
       now) after waiting wait_s for peers; the keywords are what the real step's StepInfo
       says (`peer_ranks`: the ranks it synchronized with, for "who waited for whom"; `fields`:
-      the event line's extra fields, a dict);
+      the event line's extra fields, a dict, or encode_fields' string; formatting them may be
+      skipped where `self.engine.full_events` is False. As in a real step's StepInfo.fields,
+      `samples` sets the samples the step used, and a key the harness writes itself
+      (core.record.HARNESS_KEYS) is refused: bench sim stops with one line naming the
+      protocol);
     - `self.engine.done(w)` when w's finish() would return (the default finish does it);
     - `self.engine.at(t, fn, *args)` to run fn(*args) at simulated time t.
 
     `step_all(k, t_sync, full)` returns `Steps`: every worker's t_end and wait_s as arrays,
     its peers (an array or one int), staleness (one value, or with `full` a list per worker)
-    and with `full` (event lines are written) `fields`, a list of one dict per worker.
+    and with `full` (the fields are wanted: event lines are written, or the algorithm's
+    summary_facts reads events) `fields`, a list of one dict per worker.
     """
 
     #: Server processes beside the workers, always competing for the CPU (CPU sharing).
@@ -128,7 +134,7 @@ class Protocol:
 
     def step_all(self, k: int, t_sync: np.ndarray, full: bool) -> Steps:
         """Every worker's k-th step, their k-th gradients ready at t_sync (lockstep protocols);
-        `full`: the event lines are written, so fill Steps.fields."""
+        `full`: the fields are wanted (engine.full_events), so fill Steps.fields."""
         raise NotImplementedError
 
     def stats(self) -> dict:

@@ -1,12 +1,17 @@
 """What a simulated run leaves behind, as a real one would: per worker, every step's span and
-times in compact arrays for the summary, and (full mode) the event lines of events.rank<r>.jsonl,
-written by the same core.record.step_event and core.store.jsonl_line as the worker loop's."""
+times in compact arrays for the summary, (full mode) the event lines of events.rank<r>.jsonl,
+written by the same core.record.step_event and core.store.jsonl_line as the worker loop's, and
+(when the algorithm's summary_facts reads events) what it needs to rebuild those events."""
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import json
 import math
+import re
 from array import array
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +19,7 @@ import numpy as np
 
 from hetbench.core.config import RunConfig
 from hetbench.core.metrics import SyncTally, throughput_of_columns
-from hetbench.core.record import encode_fields, logged_peer_ranks, step_event
+from hetbench.core.record import HARNESS_KEYS, encode_fields, logged_peer_ranks, step_event
 from hetbench.core.store import jsonl_line, write_json_atomic
 from hetbench.core.waits import declared_wait_rule, wait_rule_name
 from hetbench.errors import UserError
@@ -35,6 +40,30 @@ def full_events(mode: str, workers: int) -> bool:
     return mode == "full" or (mode == "auto" and workers <= FULL_EVENTS_UP_TO)
 
 
+#: Where an encoded tail (',"k":v,...') may name a key the harness writes: most never do, and
+#: one search spares decoding every tail; a match (a nested key or a string value may match
+#: too) is decoded to find out.
+_MAY_NAME_HARNESS_KEY = re.compile(
+    '"(?:' + "|".join(sorted(HARNESS_KEYS | {"samples"})) + ')":')
+
+
+def decoded_tail(tail: str) -> dict[str, Any]:
+    """An encoded tail (encode_fields) as the dict a reader of the line gets."""
+    return json.loads("{" + tail[1:] + "}")
+
+
+def naming_harness_keys(fields: dict | str) -> dict | None:
+    """`fields` as a dict when they name a key the harness writes (`samples`, or one step_event
+    refuses), else None: their line is then built whole by step_event, one key once."""
+    if isinstance(fields, str):
+        if _MAY_NAME_HARNESS_KEY.search(fields) is None:
+            return None
+        fields = decoded_tail(fields)
+    if "samples" in fields or not HARNESS_KEYS.isdisjoint(fields):
+        return fields
+    return None
+
+
 class EventSink:
     """What every simulated worker-iteration leaves: its span and times, kept in compact
     per-worker arrays for the summary, and (full mode) its event line in
@@ -49,10 +78,19 @@ class EventSink:
     holds it equal to what launcher.summarize computes from the files).
     """
 
-    def __init__(self, config: RunConfig, run_dir: Path, full: bool = True):
+    def __init__(self, config: RunConfig, run_dir: Path, full: bool = True,
+                 keep: bool = False):
         self.run_dir = run_dir
         self.full = full
+        #: Whether every step's synchronization and fields are kept to rebuild its event for
+        #: the algorithm's summary_facts (kept_events): only for an algorithm whose facts read
+        #: events (engine.facts_read_events), whose protocol then formats its fields at every
+        #: scale, and the lockstep path goes worker by worker.
+        self.keep = keep
+        #: Whether the protocol's fields are wanted (Engine.full_events): lines, or facts.
+        self.wants_fields = full or keep
         self.run_id = config.run_id
+        self._algorithm = config.algorithm_class()
         # With [timing], the timing workload's batch: throughput is what its job would process
         # on the simulated machines (the learning's own batch is the learner's business).
         self.samples = config.timing_config.workload_options["batch_size"]
@@ -63,6 +101,11 @@ class EventSink:
         self.records = [array("d") for _ in range(n)]
         #: Per rank, the indices of its events whose gradient was dropped (no samples).
         self.dropped_at: dict[int, list[int]] = {}
+        #: Per rank, {event index: samples} of its events whose fields set samples.
+        self.samples_at: dict[int, dict[int, int]] = {}
+        #: Per rank (keep), one (iteration, peers, staleness, peer_ranks as logged, fields as
+        #: an encoded tail or None) per event.
+        self.kept: list[list[tuple]] = [[] for _ in range(n)] if keep else []
         #: Derived by settle(), per rank, one entry per event: start and end (ns), samples;
         #: compute, slowdown, comm and wait seconds (summed exactly).
         self.starts: list[array] = []
@@ -90,22 +133,48 @@ class EventSink:
             self.sync.add(peers, staleness)
         record.extend((t_start, t_end, compute_s, slowdown_s, comm_s, wait_s))
         self.last_iteration[rank] = iteration
+        if not self.wants_fields:
+            return
+        named = None if not fields else naming_harness_keys(fields)
+        if named is not None:
+            fields = named
+            self._check(rank, iteration, named, len(record) // 6 - 1)
+        elif fields and not isinstance(fields, str):
+            fields = encode_fields(fields)
+        ranks = logged_peer_ranks(peer_ranks, rank, self.workers)
+        if self.keep:
+            # Encoded, so that decoded the event holds what a reader of its line would get.
+            tail = fields if named is None else encode_fields(named)
+            self.kept[rank].append((iteration, peers, staleness, ranks, tail or None))
         if not self.full:
             return
         # The real worker's event (core.record.step_event), its fields encoded once by the
-        # protocol where it passes them as a string.
+        # protocol where it passes them as a string; fields naming a harness key (samples)
+        # go through step_event, which writes each key once.
         event = step_event(self.run_id, rank, iteration, round(t_start * 1e9),
                            round(t_end * 1e9), compute_s, slowdown_s, comm_s, wait_s,
-                           self.samples, peers=peers, staleness=staleness,
-                           peer_ranks=logged_peer_ranks(peer_ranks, rank, self.workers),
-                           discarded=discarded)
-        line = jsonl_line(event, fields if isinstance(fields, str) else encode_fields(fields))
+                           self.samples, peers=peers, staleness=staleness, peer_ranks=ranks,
+                           discarded=discarded, fields=named)
+        line = jsonl_line(event, "" if named is not None else fields or "")
         buffer = self._buffers.get(rank)
         if buffer is None:
             buffer = self._buffers[rank] = []
         buffer.append(line)
         if len(buffer) >= FLUSH_EVERY:
             self._flush(rank)
+
+    def _check(self, rank: int, iteration: int, fields: dict, index: int) -> None:
+        """Fields naming a harness key: refused (one line naming the protocol) unless the key
+        is samples, which the summary then counts, as a real run's summarize counts the
+        line's samples."""
+        try:
+            event = step_event(self.run_id, rank, iteration, 0, 0, 0.0, 0.0, 0.0, 0.0,
+                               self.samples, fields=fields)
+        except ValueError as exc:
+            protocol = self._algorithm.simulated_protocol()
+            raise UserError(f"{self._algorithm.name}'s simulated protocol {protocol.__name__} "
+                            f"(worker {rank}, iteration {iteration}): {exc}") from None
+        self.samples_at.setdefault(rank, {})[index] = event["samples"]
 
     def add_all(self, iteration: int, t_start: np.ndarray, t_end: np.ndarray,
                 compute_s: np.ndarray, slowdown_s: np.ndarray, comm_s: np.ndarray,
@@ -115,7 +184,7 @@ class EventSink:
         into the records once (settle), not one Python call per worker-iteration."""
         n = len(t_start)
         peers = steps.peers
-        if self.full:
+        if self.wants_fields:
             columns = [c.tolist() for c in (t_start, t_end, compute_s, slowdown_s, comm_s, wait_s)]
             peer_list = peers.tolist() if isinstance(peers, np.ndarray) else [peers] * n
             fields = steps.fields or [None] * n
@@ -150,6 +219,8 @@ class EventSink:
             self.starts.append(array("q", np.rint(events[:, 0] * 1e9).astype(np.int64).tobytes()))
             self.ends.append(array("q", np.rint(events[:, 1] * 1e9).astype(np.int64).tobytes()))
             counted = np.full(len(events), self.samples, dtype=np.int_)
+            for index, samples in self.samples_at.get(rank, {}).items():
+                counted[index] = samples
             counted[self.dropped_at.get(rank, [])] = 0
             self.counted.append(array("l", counted.tobytes()))
             self.times.append([array("d", np.ascontiguousarray(events[:, i]).tobytes())
@@ -167,6 +238,12 @@ class EventSink:
             self._flush(rank)
         if not self.full:
             write_json_atomic(self.run_dir / "workers.json", {"workers": self.per_worker()})
+
+    def kept_events(self) -> KeptEvents | list:
+        """Every worker's events, rank by rank, as a real run's summarize reads them from its
+        lines (kept: built one at a time as they are read), or [] when none were kept."""
+        self.settle()
+        return KeptEvents(self) if self.keep else []
 
     def per_worker(self) -> list[dict[str, Any]]:
         """One record per worker: its iterations, first start and last end (ns), samples and
@@ -219,3 +296,45 @@ class EventSink:
         }
 
 
+
+
+class KeptEvents(Sequence):
+    """A simulated run's events as its lines would read (step_event, the fields decoded), built
+    from the sink's arrays and kept fields as they are iterated: at thousands of workers the
+    dicts of every event at once would take gigabytes, the kept tuples a tenth of that."""
+
+    def __init__(self, sink: EventSink):
+        self._sink = sink
+        self._offsets = list(itertools.accumulate((len(k) for k in sink.kept), initial=0))
+
+    def __len__(self) -> int:
+        return self._offsets[-1]
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("event index out of range")
+        rank = bisect.bisect_right(self._offsets, index) - 1
+        return self._event(rank, index - self._offsets[rank], set(
+            self._sink.dropped_at.get(rank, ())))
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for rank, kept in enumerate(self._sink.kept):
+            dropped = set(self._sink.dropped_at.get(rank, ()))
+            for i in range(len(kept)):
+                yield self._event(rank, i, dropped)
+
+    def _event(self, rank: int, i: int, dropped: set[int]) -> dict[str, Any]:
+        sink = self._sink
+        iteration, peers, staleness, peer_ranks, fields = sink.kept[rank][i]
+        t_start, t_end, compute_s, slowdown_s, comm_s, wait_s = \
+            sink.records[rank][6 * i:6 * i + 6]
+        if isinstance(fields, str):
+            fields = decoded_tail(fields)
+        return step_event(sink.run_id, rank, iteration, round(t_start * 1e9),
+                          round(t_end * 1e9), compute_s, slowdown_s, comm_s, wait_s,
+                          sink.samples, peers=peers, staleness=staleness,
+                          peer_ranks=peer_ranks, discarded=i in dropped, fields=fields)
