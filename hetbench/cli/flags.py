@@ -57,3 +57,22 @@ def oversubscribe_flag(command):
     return click.option("--allow-oversubscribe", is_flag=True,
                         help="Start worlds larger than this machine's memory or "
                              "ranks-per-core bound allows (harness/launch/capacity.py).")(command)
+
+
+def plugin_flag(command):
+    """--plugin PATH_OR_MODULE (repeatable): load a plugin for this command, without installing
+    it (core/plugins.py says how each spec is read); it also sets HETBENCH_PLUGINS, so that
+    every rank the command starts loads it too."""
+    return click.option(
+        "--plugin", "plugins", multiple=True, expose_value=False, is_eager=True,
+        metavar="PATH_OR_MODULE", callback=_use_plugins,
+        help="Load an algorithm or workload plugin for this command: a .py file, a package "
+             "directory, a `pip install --target` directory or a module name; repeatable (as "
+             "HETBENCH_PLUGINS, os.pathsep-separated).")(command)
+
+
+def _use_plugins(ctx: click.Context, param: click.Parameter, specs: tuple[str, ...]) -> None:
+    if specs:
+        from hetbench.core.plugins import use
+
+        use(specs)

@@ -11,7 +11,13 @@ from pathlib import Path
 
 import click
 
-from hetbench.cli.flags import lock_results, matrix_flags, oversubscribe_flag, wait_flag
+from hetbench.cli.flags import (
+    lock_results,
+    matrix_flags,
+    oversubscribe_flag,
+    plugin_flag,
+    wait_flag,
+)
 from hetbench.cli.running import run_with_progress, variant_names_of
 from hetbench.core.signals import exit_code, stop_on_signals
 from hetbench.errors import UserError
@@ -28,10 +34,17 @@ EXIT_FAILED = 1
 def cli(ctx: click.Context, debug: bool) -> None:
     """hetbench: how does a synchronization algorithm hold up when some workers are slow?"""
     ctx.obj = {"debug": debug}
+    from hetbench.core.plugins import PLUGINS_ENV
+
+    if os.environ.get(PLUGINS_ENV):  # every command sees the plugins its ranks will load
+        from hetbench.core.plugins import use
+
+        use(())
 
 
 @cli.command("list")
 @click.option("--options/--no-options", default=True, help="Show each component's options.")
+@plugin_flag
 def list_cmd(options: bool) -> None:
     """Every registered algorithm, workload and slowdown kind, with options and defaults."""
     from hetbench.core.options import describe_options
@@ -84,6 +97,7 @@ def list_cmd(options: bool) -> None:
               "HOST COMMAND (default: ssh -o BatchMode=yes; the test bed's: bench testbed rsh).")
 @wait_flag
 @oversubscribe_flag
+@plugin_flag
 def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
             pace_ms, target, out, launcher, force, dry_run, prepare, hosts, rsh_agent, network,
             dilation, wait, allow_oversubscribe) -> None:
@@ -178,7 +192,14 @@ def _dilation_warnings(configs) -> list[str]:
 
 def _prepare(configs, out_dir: Path, force: bool) -> None:
     """Prints `RUN_DIR WORLD_SIZE` per run to start (for scripts), the how-to on stderr."""
+    import shlex
+
+    from hetbench.core.plugins import PLUGINS_ENV
     from hetbench.harness.runner import prepare_matrix
+
+    # Ranks started by hand load the plugins only if told to.
+    plugins = (f"{PLUGINS_ENV}={shlex.quote(os.environ[PLUGINS_ENV])} "
+               if os.environ.get(PLUGINS_ENV) else "")
 
     for config, run_dir, finished in prepare_matrix(configs, out_dir, force):
         if finished:
@@ -186,12 +207,14 @@ def _prepare(configs, out_dir: Path, force: bool) -> None:
             continue
         click.echo(f"{run_dir} {config.world_size}")
         if config.launcher == "torchrun":
-            hint = (f"on every machine: torchrun --nnodes N --nproc-per-node {config.world_size}/N "
-                    f"--rdzv-backend c10d --rdzv-endpoint HOST0:29500 --rdzv-id {config.run_id}"
-                    f" --max-restarts 0 -m hetbench.harness.worker --run-dir {run_dir}")
+            hint = (f"on every machine: {plugins}torchrun --nnodes N --nproc-per-node "
+                    f"{config.world_size}/N --rdzv-backend c10d --rdzv-endpoint HOST0:29500 "
+                    f"--rdzv-id {config.run_id} --max-restarts 0 -m hetbench.harness.worker "
+                    f"--run-dir {run_dir}")
         else:
-            hint = (f"on one machine: mpirun -n {config.world_size} --hostfile HOSTS "
-                    f"python -m hetbench.harness.worker --run-dir {run_dir}")
+            hint = (f"on one machine: {plugins}mpirun -n {config.world_size} --hostfile HOSTS "
+                    + (f"-x {PLUGINS_ENV} " if plugins else "")
+                    + f"python -m hetbench.harness.worker --run-dir {run_dir}")
         click.echo(f"  {config.label()}: {hint}", err=True)
     click.echo("then `bench summarize RUN_DIR` writes each run's summary.json "
                "(docs/multi-node.md)", err=True)
@@ -199,13 +222,20 @@ def _prepare(configs, out_dir: Path, force: bool) -> None:
 
 @cli.command("summarize")
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@plugin_flag
 def summarize_cmd(run_dirs) -> None:
     """Write summary.json of runs that torchrun/mpirun ran without `bench run` (multi-node)."""
+    from hetbench.core.config import RunConfig
+    from hetbench.core.identity import code_identity
+    from hetbench.core.store import read_json
+    from hetbench.harness.launch.base import with_code
     from hetbench.harness.launch.external import summarize_run_dir
 
     failed = 0
     for run_dir in run_dirs:
-        summary = summarize_run_dir(run_dir)
+        # The code of this checkout: the ranks ran the same (a shared filesystem).
+        summary = with_code(run_dir, summarize_run_dir(run_dir), code_identity(
+            RunConfig.from_dict(read_json(run_dir / "config.json"))))
         if summary["status"] == "ok":
             click.echo(f"ok   {run_dir}: {summary['throughput']:.1f} samples/s")
         else:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from hetbench.cli.flags import lock_results, wait_flag
+from hetbench.cli.flags import lock_results, plugin_flag, wait_flag
 from hetbench.core.lock import make_results_dir
 
 TARGET_HELP = ("Convergence target: accuracy:V or loss:V for every workload, or "
@@ -66,6 +66,7 @@ def _scan(results_dir: Path, events: bool):
 @click.option("--timeline", "timeline_run",
               help="Run id (or unique prefix) to draw the per-worker timeline of. Default: the "
                    "baseline's run with the most injected slowdown.")
+@plugin_flag
 def report_cmd(results_dir: Path, baseline: str, target: tuple[str, ...], matrix: Path | None,
                timeline_run: str | None) -> None:
     """Write report.md/.csv/.html, time-to-target, convergence plots and a timeline."""
@@ -89,6 +90,7 @@ def report_cmd(results_dir: Path, baseline: str, target: tuple[str, ...], matrix
 @click.option("--target", multiple=True, help=TARGET_HELP)
 @click.option("--matrix", type=click.Path(path_type=Path),
               help="Matrix file whose `target` to use.")
+@plugin_flag
 def compare_cmd(results_dir: Path, baseline: str, target: tuple[str, ...],
                 matrix: Path | None) -> None:
     """Throughput and time-to-target ratios vs a baseline, with the spread over seeds."""

@@ -50,8 +50,7 @@ def run_with_progress(configs, out_dir: Path, force: bool,
 
         def on_set_aside(config, what):
             console.print(f"[yellow]rerun[/yellow] {escape(config.label(names[config.run_id]))}: "
-                          "an earlier attempt "
-                          f"did not finish ({escape(what)})")
+                          f"{escape(what)}")
 
         def on_done(outcome):
             nonlocal failures

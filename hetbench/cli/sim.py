@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from hetbench.cli.flags import lock_results, matrix_flags, wait_flag
+from hetbench.cli.flags import lock_results, matrix_flags, plugin_flag, wait_flag
 from hetbench.errors import UserError
 
 
@@ -55,11 +55,14 @@ from hetbench.errors import UserError
               help="What each run records: full (an event line per worker-iteration, as a "
                    "real run; timelines and wait attribution need them), workers (one record "
                    "per worker in workers.json), or auto (full up to 64 workers).")
+@click.option("--force", is_flag=True, help="Simulate again runs already simulated with the same "
+              "config, costs and code (those are skipped otherwise).")
 @click.option("--dry-run", is_flag=True, help="List the runs the matrix expands to, run nothing.")
 @wait_flag
+@plugin_flag
 def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
             pace_ms, target, network, dilation, out, compute_ms, learn, fit_from, against,
-            events, dry_run, wait, **model_flags) -> None:
+            events, force, dry_run, wait, **model_flags) -> None:
     """Simulate a matrix (discrete events) and write results that `bench report` reads."""
     # model_flags: alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, gg_request_us
     # (see _models).
@@ -119,7 +122,7 @@ def sim_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         # The matrix as simulated (file + flags), so `bench report` finds its `target` later,
         # as it does for bench run's.
         write_json_atomic(out_dir / "matrix.json", spec)
-        _simulate_all(configs, models, out_dir, events)
+        _simulate_all(configs, models, out_dir, events, force)
 
 
 def _models(*, alpha_us, beta_gbps, group_setup_ms, cpu_us, cores, gg_request_us, compute_ms,
@@ -208,21 +211,32 @@ def _against(real_dir: Path, models, out_dir: Path, own_cores: bool = True,
     click.echo(validate.learning_markdown(rows) if learn else validate.markdown(rows))
 
 
-def _simulate_all(configs, models, out_dir: Path, events: str = "auto") -> None:
+def _simulate_all(configs, models, out_dir: Path, events: str = "auto",
+                  force: bool = False) -> None:
     from hetbench.cli.running import variant_names_of
-    from hetbench.sim.engine import simulate
+    from hetbench.core.identity import code_identity
+    from hetbench.sim.engine import SimResult, simulate
 
     click.echo(f"{len(configs)} simulated run(s) -> {out_dir}")
     names = variant_names_of(configs)  # a swept option in the label: `dpsgd[topology=ring]`
     results, failed, started = [], 0, time.time()
     for i, config in enumerate(configs):
+        label = config.label(names[config.run_id])
+        run_dir = out_dir / config.run_id
+        code = code_identity(config)
+        done, why = _finished_simulation(run_dir, config, models, events, code, force)
+        if done is not None:
+            click.echo(f"skip {label}: already simulated (same config, costs and code)")
+            results.append(SimResult(config, run_dir, done, done.get("sim_s", 0.0)))
+            continue
+        if why is not None and why != "--force":
+            click.echo(f"resimulate {label}: {why}")
         try:
             result = simulate(config, models, out_dir, events)
         except OSError as exc:
-            _results_unwritable(config, out_dir / config.run_id, exc, len(configs) - i - 1)
+            _results_unwritable(config, run_dir, exc, len(configs) - i - 1)
         s = result.summary
         results.append(result)
-        label = config.label(names[config.run_id])
         if s["status"] == "ok":
             click.echo(f"sim  {label}: {s['throughput']:.1f} samples/s "
                        f"({s['train_wall_s']:.2f} simulated s in {result.sim_s:.1f} s)")
@@ -234,6 +248,37 @@ def _simulate_all(configs, models, out_dir: Path, events: str = "auto") -> None:
                "writes the report")
     if failed:
         raise click.exceptions.Exit(1)
+
+
+def _finished_simulation(run_dir: Path, config, models, events: str, code: dict[str, str],
+                         force: bool) -> tuple[dict | None, str | None]:
+    """(the summary of a finished simulation to skip, None), or (None, why it is simulated
+    again: None when there is none to skip). A simulation stands for its config (the run id),
+    its costs (summary's `sim`, not in the id: --alpha-us and the like), what it records
+    (--events) and its code; the earlier one is replaced, not kept aside as a real run's is: it
+    is the same simulation again from the same config, costs and code."""
+    import json
+
+    from hetbench.core.identity import code_change, recorded_identity
+    from hetbench.harness.runner import finished_summary
+    from hetbench.sim.sink import full_events
+
+    summary = finished_summary(run_dir)
+    if summary is None or summary.get("simulated") is not True:
+        return None, None  # nothing finished, or a real run's directory (simulate refuses it)
+    if force:
+        return None, "--force"
+    if why := code_change(recorded_identity(summary, None), code):
+        return None, why
+    costs = json.loads(json.dumps(models.to_dict(config)))
+    recorded = summary.get("sim") or {}
+    differ = sorted(key for key, value in costs.items() if recorded.get(key) != value)
+    if differ:
+        return None, f"its costs differ from the earlier simulation's ({', '.join(differ)})"
+    mode = "full" if full_events(events, config.workers) else "workers"
+    if summary.get("events", mode) != mode:
+        return None, f"--events {mode}, where the earlier simulation recorded {summary['events']}"
+    return summary, None
 
 
 def _results_unwritable(config, run_dir: Path, error: OSError, left: int) -> None:

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import click
 
-from hetbench.cli.flags import lock_results, matrix_flags, oversubscribe_flag, wait_flag
+from hetbench.cli.flags import (
+    lock_results,
+    matrix_flags,
+    oversubscribe_flag,
+    plugin_flag,
+    wait_flag,
+)
 from hetbench.errors import UserError
 
 
@@ -19,6 +25,7 @@ from hetbench.errors import UserError
 @click.option("--dry-run", is_flag=True, help="List the trials and their values, run nothing.")
 @wait_flag
 @oversubscribe_flag
+@plugin_flag
 def tune_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, seconds, seeds,
              pace_ms, target, network, dilation, trials, out, force, dry_run, wait,
              allow_oversubscribe) -> None:

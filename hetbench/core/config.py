@@ -206,6 +206,14 @@ class RunConfig:
 
         return WORKLOADS.get(self.workload)
 
+    def code_record(self) -> dict[str, dict[str, str]]:
+        """{"code": which code implements this config's algorithm and workload}, for its
+        summary.json (core/identity.py). Not part of the run id, so stored results keep
+        theirs; the runner reruns a finished run whose recorded code is not the current."""
+        from hetbench.core.identity import code_record
+
+        return code_record(self)
+
     def algorithm_config(self):
         return build_config(self.algorithm_class().Config, self.algorithm_options, self.algorithm)
 

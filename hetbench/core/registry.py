@@ -3,7 +3,9 @@
 Built-in entries name a module path so `bench list` and validation import only what they need and
 a missing optional dependency (horovod, say) breaks only the entry that needs it. Third-party
 plugins register through the entry-point groups `hetbench.algorithms` and `hetbench.workloads`
-(value "module:Class"), or by calling `Registry.add` before `bench run` expands its matrix.
+(value "module:Class") of installed packages, or are loaded for one command from a file,
+directory or module (`--plugin PATH_OR_MODULE` / HETBENCH_PLUGINS: core/plugins.py, which calls
+`add_plugin`).
 """
 
 from __future__ import annotations
@@ -25,17 +27,54 @@ class Registry(Generic[T]):
         #: The built-ins in the order given: the order tables and legends show them in.
         self.builtin_order: tuple[str, ...] = tuple(builtin)
         self._plugins_loaded = False
+        #: Plugins loaded for this command (--plugin / HETBENCH_PLUGINS): name -> its spec.
+        self._loaded_from: dict[str, str] = {}
+        #: Plugins' distributions where known: name -> (distribution name, version).
+        self._distributions: dict[str, tuple[str, str]] = {}
 
     def add(self, name: str, target: str | type[T]) -> None:
         """Register `name` as a class or a "module:Class" path."""
         self._targets[name] = target
+
+    def add_plugin(self, name: str, target: str | type[T], spec: str,
+                   distribution: tuple[str, str] | None = None) -> None:
+        """Register a plugin loaded from `spec` (core/plugins.py): it takes the place of an
+        installed entry point of the same name (the copy being worked on wins over a stale
+        install); UserError when `name` is built in or another spec registered it."""
+        if name in self.builtin_order:
+            raise UserError(f"{self.kind} {name!r} is a built-in name; give the class "
+                            "another `name`")
+        other = self._loaded_from.get(name)
+        if other is not None and self._targets.get(name) is not target:
+            raise UserError(f"{self.kind} {name!r} is registered by {other} too; give one of "
+                            "them another `name`")
+        self._targets[name] = target
+        self._loaded_from[name] = spec
+        if distribution is not None:
+            self._distributions[name] = distribution
+        else:
+            self._distributions.pop(name, None)
+
+    def is_builtin(self, name: str) -> bool:
+        """Whether `name` is hetbench's own (not a plugin's)."""
+        return name in self.builtin_order
+
+    def distribution(self, name: str) -> tuple[str, str] | None:
+        """(distribution name, version) of the package that registered plugin `name` through
+        its entry point, when one did."""
+        self._load_plugins()
+        return self._distributions.get(name)
 
     def _load_plugins(self) -> None:
         if self._plugins_loaded:
             return
         self._plugins_loaded = True
         for ep in entry_points(group=self.entry_point_group):
-            self._targets.setdefault(ep.name, ep.value)
+            if ep.name in self._targets:
+                continue  # a built-in, or a plugin loaded for this command
+            self._targets[ep.name] = ep.value
+            if ep.dist is not None:
+                self._distributions[ep.name] = (ep.dist.metadata["Name"], ep.dist.version)
 
     def names(self) -> list[str]:
         self._load_plugins()
@@ -46,7 +85,10 @@ class Registry(Generic[T]):
         self._load_plugins()
         if name not in self._targets:
             raise UserError(
-                f"unknown {self.kind} {name!r}; known: {', '.join(self.names())} (see `bench list`)"
+                f"unknown {self.kind} {name!r}; known: {', '.join(self.names())} (see `bench "
+                f"list`); plugins load from the entry points `{self.entry_point_group}` of "
+                "installed packages, or from --plugin PATH_OR_MODULE / HETBENCH_PLUGINS (a .py "
+                "file, a directory or a module name)"
             )
         target = self._targets[name]
         if isinstance(target, str):

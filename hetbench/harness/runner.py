@@ -1,5 +1,9 @@
 """Running a matrix: resume finished runs, keep failed attempts, move on after a failure.
 
+A finished run is resumed (skipped) only when its code is the current one (core/identity.py):
+one whose algorithm's or workload's code changed since it ran is set aside like an unfinished
+attempt and run again, so results follow the code while the run id stays the config's hash.
+
 Every run happens under the results directory's writer lock (core.lock), so a run directory
 without a summary found here was left by a launcher that is gone: no other process can be
 writing it, and setting it aside is safe.
@@ -15,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hetbench.core.config import RunConfig
+from hetbench.core.identity import code_change, code_identity, recorded_identity
 from hetbench.core.lock import results_lock
 from hetbench.core.store import ResultsWriteError, read_json
 from hetbench.harness.launch import make_launcher
@@ -41,14 +46,46 @@ def finished_summary(run_dir: Path) -> dict[str, Any] | None:
     return summary if summary.get("status") == "ok" else None
 
 
-def set_aside(run_dir: Path, out_dir: Path) -> str:
-    """Move an unfinished attempt to out/.attempts/ so a rerun starts clean and nothing is lost;
-    returns what had happened to it, for the user."""
+def stale_code(run_dir: Path, summary: dict[str, Any], config: RunConfig) -> str | None:
+    """Why the finished run in `run_dir` no longer stands for `config`'s current code (one
+    phrase, core.identity.code_change), or None when it does."""
+    env = None
+    if not isinstance(summary.get("code"), dict):
+        try:
+            env = read_json(run_dir / "env.json")
+        except (OSError, ValueError):
+            env = None
+    return code_change(recorded_identity(summary, env), code_identity(config))
+
+
+def finished_current(run_dir: Path, config: RunConfig,
+                     force: bool) -> tuple[dict[str, Any] | None, str | None]:
+    """(the summary of a finished run to skip, None) or (None, why the directory is run again:
+    None when there is nothing there, or nothing finished)."""
+    summary = finished_summary(run_dir)
+    if summary is None:
+        return None, None
+    if force:
+        return None, "--force"
+    why = stale_code(run_dir, summary, config)
+    return (None, why) if why else (summary, None)
+
+
+def set_aside(run_dir: Path, out_dir: Path, why: str | None = None) -> str:
+    """Move an earlier attempt to out/.attempts/ so a rerun starts clean and nothing is lost;
+    returns why it is run again (`why` for a finished one: --force, its code changed) and
+    where it went, for the user."""
     try:
         summary = read_json(run_dir / "summary.json")
         what = f"{summary.get('status')}: {summary.get('cause')}"
     except (OSError, ValueError):
         what = "no summary.json: its launcher was killed (or died) while it ran"
+    if why == "--force":
+        what = "--force reruns a finished run"
+    elif why is None:
+        what = f"an earlier attempt did not finish ({what})"
+    else:
+        what = why
     attempts = out_dir / ".attempts"
     where = attempts / f"{run_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
@@ -56,7 +93,7 @@ def set_aside(run_dir: Path, out_dir: Path) -> str:
         shutil.move(str(run_dir), where)
     except OSError as exc:
         raise ResultsWriteError(where, exc) from exc
-    return f"{what}; kept as {where}"
+    return f"{what}; the earlier one kept as {where}"
 
 
 def run_matrix(configs: list[RunConfig], out_dir: Path, force: bool = False,
@@ -87,12 +124,12 @@ def _run_locked(configs, out_dir, force, on_start, on_done, on_progress, on_set_
     for config in configs:
         launcher = launchers[config.launcher]
         run_dir = out_dir / config.run_id
-        summary = None if force else finished_summary(run_dir)
+        summary, why = finished_current(run_dir, config, force)
         if summary is not None:
             outcome = RunOutcome(config, run_dir, summary, skipped=True)
         else:
             if run_dir.exists():
-                what = set_aside(run_dir, out_dir)
+                what = set_aside(run_dir, out_dir, why)
                 if on_set_aside:
                     on_set_aside(config, what)
             if on_start:
@@ -129,11 +166,12 @@ def _prepare_locked(configs, out_dir, force, prepare) -> list[tuple[RunConfig, P
     prepared = []
     for config in configs:
         run_dir = out_dir / config.run_id
-        if not force and finished_summary(run_dir) is not None:
+        summary, why = finished_current(run_dir, config, force)
+        if summary is not None:
             prepared.append((config, run_dir, True))
             continue
         if run_dir.exists():
-            set_aside(run_dir, out_dir)
+            set_aside(run_dir, out_dir, why)
         prepare(config, run_dir)
         prepared.append((config, run_dir, False))
     return prepared

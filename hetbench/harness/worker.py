@@ -38,6 +38,7 @@ from hetbench.core.algorithm import Algorithm
 from hetbench.core.config import RunConfig
 from hetbench.core.context import WorkerContext
 from hetbench.core.faults import parse_fault
+from hetbench.core.plugins import load_from_environment
 from hetbench.core.record import started_line, write_done, write_error
 from hetbench.core.signals import LAUNCHER_PID_ENV, exit_with
 from hetbench.core.store import EventLog, environment, read_json, write_json_atomic
@@ -364,6 +365,11 @@ def main(argv: list[str] | None = None) -> None:
     rank = args.rank if args.rank is not None else _rank_from_environment()
     progress = RankProgress()
     try:
+        # HETBENCH_PLUGINS (the launchers pass bench's --plugin on): before the config, whose
+        # algorithm and workload names they may register.
+        progress.phase = "loading plugins"
+        load_from_environment()
+        progress.phase = "starting"
         config = RunConfig.from_dict(read_json(args.run_dir / "config.json"))
         if config.launcher != "local":
             log_to_run_dir(args.run_dir, rank)

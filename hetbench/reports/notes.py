@@ -234,16 +234,23 @@ def _devices(devices) -> str:
 
 
 def metadata(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per run: status, how it was measured (pacing, synthetic, emulated) and where (env.json)."""
+    """Per run: status, how it was measured (pacing, synthetic, emulated), where (env.json) and
+    which code ran it (its code identity, core/identity.py: a plugin's version and source hash;
+    empty for runs recorded before identities existed)."""
+    from hetbench.core.identity import describe, recorded_identity
+
     rows = []
     for _, run in runs.iterrows():
         env = load_env(run["run_dir"])
         sha = env.get("git_sha") or ""
+        code = run.get("code")
         rows.append({
             "run_id": run["run_id"], "status": run["status"],
             "compute": run.get("compute", ""), "synthetic": run.get("synthetic", ""),
             "simulated": run.get("simulated", False),
             "pace_ms": run.get("pace_ms", ""),
+            "code": describe(recorded_identity({"code": code} if isinstance(code, dict)
+                                               else None, env)),
             "git": f"{sha[:10]}{' (dirty)' if env.get('git_dirty') else ''}",
             "python": env.get("python", ""), "torch": env.get("torch", ""),
             "host": env.get("hostname", ""), "cpus": env.get("cpu_count", ""),

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from hetbench.core.config import RunConfig
+from hetbench.core.identity import KEY as CODE_KEY
+from hetbench.core.identity import code_identity
 from hetbench.core.record import events_logged, size, write_summary
 from hetbench.core.signals import interrupted_cause
 from hetbench.core.store import ResultsWriteError, environment, write_json_atomic
@@ -32,7 +34,10 @@ def record_run(config: RunConfig, run_dir: Path, train: Callable[[dict[str, Any]
     except OSError as exc:
         raise ResultsWriteError(run_dir, exc) from exc
     write_json_atomic(run_dir / "config.json", config.to_dict())
-    write_json_atomic(run_dir / "env.json", environment())
+    # Which code the ranks run (core/identity.py), beside the machine: the runner reruns a
+    # finished run whose code changed since.
+    code = code_identity(config)
+    write_json_atomic(run_dir / "env.json", {**environment(), CODE_KEY: code})
     started = time.time()
     try:
         with config.algorithm_class().services(config, run_dir) as services:
@@ -43,11 +48,11 @@ def record_run(config: RunConfig, run_dir: Path, train: Callable[[dict[str, Any]
                 cleanup()
         status = "ok" if cause is None else "failed"
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (harness.signals)
-        _record(config, run_dir, "interrupted", interrupted_cause(exc), started, cleanup)
+        _record(config, run_dir, "interrupted", interrupted_cause(exc), started, cleanup, code)
         raise
     except Exception as exc:
         status, cause = "failed", f"launcher: {type(exc).__name__}: {exc}"
-    summary = _record(config, run_dir, status, cause, started, cleanup)
+    summary = _record(config, run_dir, status, cause, started, cleanup, code)
     if status == "failed" and results_write_failed(cause):
         raise ResultsWriteError.because(
             f"{config.label()} failed writing its results: {cause} (on record in "
@@ -56,17 +61,24 @@ def record_run(config: RunConfig, run_dir: Path, train: Callable[[dict[str, Any]
 
 
 def _record(config: RunConfig, run_dir: Path, status: str, cause: str | None, started: float,
-            cleanup: Callable[[], None]) -> dict[str, Any]:
-    """cleanup(), then summary.json; a summary that cannot be written is a ResultsWriteError
-    that says what it would have said."""
+            cleanup: Callable[[], None], code: dict[str, str]) -> dict[str, Any]:
+    """cleanup(), then summary.json (with the run's code identity); a summary that cannot be
+    written is a ResultsWriteError that says what it would have said."""
     cleanup()
     try:
-        return write_summary(config, run_dir, status, cause, started)
+        return with_code(run_dir, write_summary(config, run_dir, status, cause, started), code)
     except ResultsWriteError as exc:
         outcome = "ended ok" if status == "ok" else f"{status}: {cause}"
         raise ResultsWriteError.because(
             f"{config.label()} {outcome}; and its summary.json could not be written either, "
             f"so nothing is on record ({exc})", run_dir) from exc
+
+
+def with_code(run_dir: Path, summary: dict[str, Any], code: dict[str, str]) -> dict[str, Any]:
+    """summary.json again with the run's code identity (core.record.write_summary knows none)."""
+    summary = {**summary, CODE_KEY: code}
+    write_json_atomic(run_dir / "summary.json", summary)
+    return summary
 
 
 class Progress:

@@ -23,6 +23,7 @@ from typing import Any
 
 from hetbench.core.config import RunConfig
 from hetbench.core.hosts import parse_hosts, place
+from hetbench.core.plugins import PLUGINS_ENV
 from hetbench.core.record import last_iteration, rank_hosts, write_summary
 from hetbench.core.signals import LAUNCHER_PID_ENV
 from hetbench.core.store import read_json, write_json_atomic
@@ -62,6 +63,7 @@ class ExternalLauncher:
     def start(self, config: RunConfig, run_dir: Path) -> ProcessJob | HostsJob:
         """The job, started: the tool as one process on this machine."""
         log_path = run_dir / f"{self.name}.log"
+        # os.environ holds HETBENCH_PLUGINS (set by --plugin): torchrun and mpirun pass it on.
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                "PYTHONUNBUFFERED": "1",
                # Each rank exits when bench does, even when bench is killed outright:
@@ -222,7 +224,8 @@ class MpiLauncher(ExternalLauncher):
         # their connection to mpirun, and their ranks with them.
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONUNBUFFERED"):
             flags += ["-x", name]
-        for name in ("PYTHONPATH", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        # The plugins every rank loads (--plugin set HETBENCH_PLUGINS here: core/plugins.py).
+        for name in ("PYTHONPATH", PLUGINS_ENV, "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
             flags += ["-x", name] if name in os.environ else []
         return flags
 

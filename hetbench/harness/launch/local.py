@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hetbench.core.config import RunConfig
+from hetbench.core.plugins import PLUGINS_ENV
 from hetbench.core.signals import exit_with
 from hetbench.harness.launch.base import POLL_S, Progress, record_run
 from hetbench.harness.launch.failures import failure_cause, hang_cause
@@ -60,8 +61,11 @@ class LocalLauncher:
 
     def _spawn(self, config: RunConfig, run_dir: Path, rank: int,
                port: int) -> multiprocessing.Process:
+        # The plugins by argument: a rank's environment is the forkserver's, which may have
+        # started before --plugin set HETBENCH_PLUGINS in this process.
         proc = _forkserver().Process(
-            target=_rank_main, args=(run_dir, rank, port, os.getpid()),
+            target=_rank_main,
+            args=(run_dir, rank, port, os.getpid(), os.environ.get(PLUGINS_ENV, "")),
             name=f"hetbench-rank{rank}")
         proc.start()
         return proc
@@ -121,7 +125,8 @@ def _stop_forkserver(pid: int | None) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _rank_main(run_dir: Path, rank: int, port: int, launcher_pid: int) -> None:
+def _rank_main(run_dir: Path, rank: int, port: int, launcher_pid: int,
+               plugins: str = "") -> None:
     """Body of a rank's process: its own process group, its own log file, then the worker."""
     # Own process group: Ctrl-C at the terminal reaches only the launcher, which then kills
     # each rank's whole group, so nothing is left behind. Not its own session (setsid): Linux
@@ -132,6 +137,10 @@ def _rank_main(run_dir: Path, rank: int, port: int, launcher_pid: int) -> None:
     # training with half its peers (harness.signals says why not PR_SET_PDEATHSIG here).
     exit_with(launcher_pid)
     os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    if plugins:  # the worker loads them (core/plugins.py)
+        os.environ[PLUGINS_ENV] = plugins
+    else:
+        os.environ.pop(PLUGINS_ENV, None)
     from hetbench.harness.worker import log_to_run_dir, main
 
     log_to_run_dir(run_dir, rank)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from hetbench.core.config import RunConfig
 from hetbench.core.hosts import HostSlots, is_this_host, parse_hosts, place
+from hetbench.core.plugins import PLUGINS_ENV
 from hetbench.harness.launch.processes import STOP_GRACE_S, stop_job
 
 DEFAULT_AGENT = "ssh -o BatchMode=yes"
@@ -44,9 +45,10 @@ PROBE_LINE = "hetbench-node probe "
 PROBE_S = 1.0
 PROBE_TIMEOUT_S = 2.0
 LOST_AFTER_S = 5.0
-#: Environment passed on to every host's node (ssh passes none of bench's own).
-FORWARDED = ("PYTHONPATH", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TORCH_CPP_LOG_LEVEL",
-             "NCCL_DEBUG")
+#: Environment passed on to every host's node (ssh passes none of bench's own): HETBENCH_PLUGINS
+#: among them (its paths are absolute: they must be the same on every host, as the results').
+FORWARDED = ("PYTHONPATH", PLUGINS_ENV, "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
+             "TORCH_CPP_LOG_LEVEL", "NCCL_DEBUG")
 
 
 class NodeFailed(RuntimeError):

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from hetbench.core.config import RunConfig
+from hetbench.core.plugins import PLUGINS_ENV
 from hetbench.errors import UserError
 from hetbench.harness.launch.base import POLL_S, Progress, record_run
 from hetbench.harness.launch.external import STARTUP_S, finished_ranks
@@ -96,15 +97,19 @@ def parse_options(table: dict[str, Any] | None) -> dict[str, Any]:
     return options
 
 
-def rank_task(run_dir: str) -> int:
+def rank_task(run_dir: str, plugins: str = "") -> int:
     """One task of the job: start this task's rank and return its exit code (what submitit
-    calls on the node; a module-level function, so that it pickles by name)."""
+    calls on the node; a module-level function, so that it pickles by name). `plugins`:
+    HETBENCH_PLUGINS of the submitting bench, passed as an argument because a job's
+    environment is what sbatch exports, which a cluster may restrict."""
     import submitit
 
     job = submitit.JobEnvironment()
     env = {**os.environ, "RANK": str(job.global_rank), "WORLD_SIZE": str(job.num_tasks),
            "LOCAL_RANK": str(job.local_rank), "HETBENCH_JOB_ID": str(job.job_id),
            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    if plugins:
+        env[PLUGINS_ENV] = plugins
     # A process of its own: the worker redirects its output into the run directory and ends
     # with os._exit, which must not take submitit's task (and its result file) with it.
     return subprocess.run([sys.executable, "-m", "hetbench.harness.worker",
@@ -171,7 +176,7 @@ class SlurmLauncher:
             if o["setup"]:
                 parameters["slurm_setup"] = o["setup"]
         executor.update_parameters(**parameters)
-        return executor.submit(rank_task, str(run_dir))
+        return executor.submit(rank_task, str(run_dir), os.environ.get(PLUGINS_ENV, ""))
 
     def _watch(self, config: RunConfig, run_dir: Path, job) -> str | None:
         """Wait for the job; the failure cause, or None when every rank finished."""
