@@ -65,8 +65,12 @@ def logged_peer_ranks(ranks, rank: int, workers: int) -> list[int] | None:
     worker, reports/wait_rules.py's met_of)."""
     if ranks is None:
         return None
-    met = {int(r) for r in ranks} - {rank}
-    if not met or met >= set(range(workers)) - {rank}:
+    met = {int(r) for r in ranks}
+    met.discard(rank)
+    # Every other worker, counted over the list rather than compared with a set of the whole
+    # world, which would cost O(workers) for each step's few peers.
+    others = workers - (0 <= rank < workers)
+    if not met or (len(met) >= others and sum(0 <= r < workers for r in met) == others):
         return None
     return sorted(met)
 

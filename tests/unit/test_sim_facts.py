@@ -246,3 +246,17 @@ def test_diloco_and_sgp_facts_are_the_same_with_lines_written_or_not(tmp_path):
             assert full.summary[key] == lean.summary[key], (name, key)
         if name == "diloco":  # its protocol's count (stats): its steps log no outer_step
             assert full.summary["outer_steps"] == ITERATIONS // 4
+
+
+def test_logged_peer_ranks_leaves_out_a_list_of_every_other_worker():
+    from hetbench.core.record import logged_peer_ranks
+
+    assert logged_peer_ranks(None, 0, 4) is None
+    assert logged_peer_ranks([0], 0, 4) is None  # met only itself
+    assert logged_peer_ranks([1, 2, 3], 0, 4) is None  # every other worker
+    assert logged_peer_ranks([3, 1, 1, 0, 2], 0, 4) is None
+    assert logged_peer_ranks([3, 1], 0, 4) == [1, 3]
+    # A server rank (past the workers) is named; it does not stand in for a worker.
+    assert logged_peer_ranks([1, 2, 4], 0, 4) == [1, 2, 4]
+    assert logged_peer_ranks([0, 1, 2, 3], 4, 4) is None  # the server met every worker
+    assert logged_peer_ranks([0, 1, 2], 4, 4) == [0, 1, 2]
