@@ -40,11 +40,13 @@ def full_events(mode: str, workers: int) -> bool:
     return mode == "full" or (mode == "auto" and workers <= FULL_EVENTS_UP_TO)
 
 
-#: Where an encoded tail (',"k":v,...') may name a key the harness writes: most never do, and
-#: one search spares decoding every tail; a match (a nested key or a string value may match
-#: too) is decoded to find out.
-_MAY_NAME_HARNESS_KEY = re.compile(
-    '"(?:' + "|".join(sorted(HARNESS_KEYS | {"samples"})) + ')":')
+#: The keys of an event line that a protocol's fields may not repeat: samples, which they may
+#: set, and the rest, which they may not (core.record.HARNESS_KEYS).
+_LINE_KEYS = HARNESS_KEYS | {"samples"}
+#: Where an encoded tail (',"k":v,...') may name one of them: most never do, and one search
+#: spares decoding every tail; a match (a nested key or a string value may match too) is
+#: decoded to find out.
+_MAY_NAME_LINE_KEY = re.compile('"(?:' + "|".join(sorted(_LINE_KEYS)) + ')":')
 
 
 def decoded_tail(tail: str) -> dict[str, Any]:
@@ -56,12 +58,10 @@ def naming_harness_keys(fields: dict | str) -> dict | None:
     """`fields` as a dict when they name a key the harness writes (`samples`, or one step_event
     refuses), else None: their line is then built whole by step_event, one key once."""
     if isinstance(fields, str):
-        if _MAY_NAME_HARNESS_KEY.search(fields) is None:
+        if _MAY_NAME_LINE_KEY.search(fields) is None:
             return None
         fields = decoded_tail(fields)
-    if "samples" in fields or not HARNESS_KEYS.isdisjoint(fields):
-        return fields
-    return None
+    return None if _LINE_KEYS.isdisjoint(fields) else fields
 
 
 class EventSink:
