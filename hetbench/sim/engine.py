@@ -465,14 +465,15 @@ def timing_summary(config: RunConfig, engine: Engine) -> dict[str, Any]:
 
 
 def _facts(config: RunConfig, stats: dict[str, Any], events) -> dict[str, Any]:
-    """The algorithm's summary_facts, as a real summary has them: from every worker's
-    events as the simulated run's lines hold them (the sink's kept events; written or
-    not), with what the protocol counted (its stats) where it counted the same thing, None
-    where a fact needs what only real ranks record (their done records)."""
+    """The algorithm's summary_facts, as a real summary has them (facts_record: the values,
+    and their names and units under "facts"): from every worker's events as the simulated
+    run's lines hold them (the sink's kept events; written or not), with what the protocol
+    counted (its stats) where it counted the same thing, None where a fact needs what only
+    real ranks record (their done records)."""
     algorithm = config.algorithm_class()
     facts = algorithm.summary_facts(config.algorithm_config(), events,
                                     [None] * config.world_size)
-    return {key: stats.get(key, value) for key, value in facts.items()}
+    return algorithm.facts_record({key: stats.get(key, value) for key, value in facts.items()})
 
 
 class _Probe(Sequence):
