@@ -25,6 +25,17 @@ The real half of an algorithm
   simulated runs) and `fact_units` ({fact name: its unit}). summary.json holds them, and
   `bench report` shows them in a table per algorithm and as `fact:<name>` columns of
   report.csv.
+- Which model the evaluation scores (accuracy at each snapshot, at the end, time to target;
+  summary.json's `evaluated_model`): `evaluated_model`, a class attribute. "workers" (the
+  default): the workers' average. "server": the first server rank's model, which its
+  `serve()` reports after each update by calling `ctx.model_updated()` (after the update's
+  replies are sent: the harness then reads a clock, and copies the model at each snapshot
+  tick, or after every update when the run has a target). Any other value names a model each
+  worker holds beside the one it trains (DiLoCo's "outer model"): `evaluated_state(model)`
+  returns it on a worker, flat as `flat_state(model)` lays out the model (buffers
+  included), and the workers' average of it is scored. The consensus distance is always the
+  workers' own models'. In `bench sim --learn` a protocol sets `learner.server` (or
+  `learner.evaluated_flat`, flat_params' order) to the model it declares.
 - `now_ns()`: the run's clock (nanoseconds), rank 0's on every rank: a time a step logs that
   another rank's is compared with (an arrival, a skip) must be read from it, not from
   time.time_ns(), whose hosts' clocks differ across machines.

@@ -23,7 +23,7 @@ import torch
 from hetbench.algorithms.template import LocalSGDSim
 from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.options import opt
-from hetbench.core.tensors import flat_params, set_flat_params
+from hetbench.core.tensors import flat_params, float_buffers_of, set_flat_params
 from hetbench.errors import UserError
 
 
@@ -68,6 +68,16 @@ class DiLoCo(Algorithm):
 
     fact_units = {"outer_steps": "outer steps"}
 
+    #: What DiLoCo produces is the outer model (the paper evaluates it): between outer steps
+    #: a worker's own model is the outer model plus its inner steps of the round so far.
+    evaluated_model = "outer model"
+
+    def evaluated_state(self, model):
+        # The outer model holds parameters only: its buffers (batch norm's statistics) are the
+        # worker's own, as every algorithm keeps them.
+        buffers = [b.detach().reshape(-1).to(self.outer.dtype) for b in float_buffers_of(model)]
+        return torch.cat([self.outer, *buffers])
+
     @classmethod
     def summary_facts(cls, config, events, done):
         return {"outer_steps": max((e.get("outer_step", 0) for e in events), default=0)
@@ -106,10 +116,12 @@ class DiLoCoSim(LocalSGDSim):
     def learn(self, k, learner):
         """The real step's math: an inner optimizer step; every H-th, the workers' mean
         pseudo-gradient (outer model - own model) fed to the one outer optimizer (the real
-        step's outer_optimizer, Nesterov SGD), whose outer model every worker then takes."""
+        step's outer_optimizer, Nesterov SGD), whose outer model every worker then takes.
+        The outer model is the one the run scores (learner.evaluated_flat)."""
         if self._outer is None:  # the common starting model is the first outer model
             self._outer = learner.flat()[0].clone()
             self._outer_optimizer = outer_optimizer(self._outer, self.config)
+            learner.evaluated_flat = self._outer  # the optimizer steps it in place
         learner.sgd_step(learner.gradients())
         if (k + 1) % self.period:
             return

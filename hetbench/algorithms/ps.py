@@ -31,6 +31,10 @@ GRADIENT, DONE = 0.0, 1.0
 
 
 class _ParameterServer(Algorithm):
+    #: The model the algorithm produces is the server's: workers hold copies of it as they
+    #: last pulled it (ps-async's differ from one another and from it).
+    evaluated_model = "server"
+
     @classmethod
     def server_ranks(cls, config, workers):
         return 1
@@ -111,6 +115,7 @@ class ParameterServerSync(_ParameterServer):
             sends = [ctx.comm.isend(reply, dst=w, tag=PARAMS_TAG) for w in range(n)]
             for work in sends:
                 work.wait()
+            ctx.model_updated()  # after the replies: off the workers' path
 
 
 class ParameterServerAsync(_ParameterServer):
@@ -137,6 +142,7 @@ class ParameterServerAsync(_ParameterServer):
             optimizer.step()
             version += 1
             ctx.comm.send(self._reply_with(model, version), dst=src, tag=PARAMS_TAG)
+            ctx.model_updated()  # after the reply: off its worker's path
 
 
 # -- simulated protocol (bench sim): the same rules in simulated time ------------------------
@@ -184,6 +190,8 @@ class PSSyncSim(Protocol):
         optimizer step, and every worker takes the server's model (equal to all workers taking
         the step with the mean gradient: they start alike)."""
         learner.sgd_step(learner.mean_over_workers(learner.gradients()))
+        # The server's model, which the run scores, is the one every worker took: row 0's.
+        learner.server = {name: p[0] for name, p in learner.params.items()}
 
     def step_all(self, k, t_sync, full):
         hop, cpu = self.net.hop(self.n + self.servers), self.net.cpu_s

@@ -200,6 +200,31 @@ class Algorithm(ABC):
         read them) and their names and units under "facts" (where the report finds them)."""
         return {**facts, "facts": {name: cls.fact_units.get(name, "") for name in facts}}
 
+    #: Which model the run's evaluation scores (the snapshots at eval_interval_s, the final
+    #: model, the time to target; summary.json's `evaluated_model` names it): the model the
+    #: algorithm produces. "workers" (the default): the average of the workers' models.
+    #: "server": the model of the first server rank (rank `workers`; server_ranks >= 1), whose
+    #: serve() calls ctx.model_updated() after each update so that the harness keeps it.
+    #: Any other value names a model every worker holds beside the one it trains (DiLoCo's
+    #: "outer model"), which `evaluated_state` returns; the evaluation scores the workers'
+    #: average of it. The consensus distance measures the workers' own models whatever this
+    #: says.
+    evaluated_model: ClassVar[str] = "workers"
+
+    @classmethod
+    def evaluated_model_name(cls) -> str:
+        """How summary.json and the report name the evaluated model."""
+        return {"workers": "workers' average"}.get(cls.evaluated_model, cls.evaluated_model)
+
+    def evaluated_state(self, model: nn.Module) -> torch.Tensor:
+        """On a worker, where `evaluated_model` names a model of the algorithm's own: that
+        model now, as a new tensor laid out as flat_state(model) lays out `model`'s
+        (parameters, then floating-point buffers; the worker's own buffers where the
+        algorithm keeps none). The harness keeps it beside the worker's own model at each
+        snapshot and, with a target, after each step."""
+        raise NotImplementedError(f"{self.name} declares evaluated_model = "
+                                  f"{self.evaluated_model!r} but no evaluated_state()")
+
     def finish(self, ctx: WorkerContext, model: nn.Module) -> dict[str, Any] | None:
         """Called on every worker after its budget is spent, before the final evaluation.
 

@@ -32,6 +32,13 @@ class WorkerContext:
     #: after backward. An algorithm that communicates inside backward (a DDP hook) calls it
     #: first, before that communication starts, so waiting is never timed as compute.
     end_compute: Callable[[], None] = lambda: None
+    #: A server rank's serve() calls it after each update of its model, once the update's
+    #: replies are on their way (its cost then overlaps the workers' next compute). Where the
+    #: algorithm evaluates the server's model (Algorithm.evaluated_model = "server"), the
+    #: harness sets it before serve() to keep that model: at the snapshot ticks (a clock read
+    #: per call), and with a target after every update (a copy of the model). A no-op
+    #: elsewhere.
+    model_updated: Callable[[], None] = lambda: None
     extra: dict = field(default_factory=dict)
 
     @property

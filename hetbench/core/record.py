@@ -171,6 +171,7 @@ def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
            if "test_perplexity" in final else {}),
         "final_consensus_distance": final.get("consensus_distance"),
         "mean_consensus_distance": sum(snapshots) / len(snapshots) if snapshots else None,
+        "evaluated_model": config.algorithm_class().evaluated_model_name(),
         **sync_health(all_events),
         "wait_rule": wait_rule_name(declared_wait_rule(
             config.algorithm_class(), config.algorithm_config(), config.workers)),

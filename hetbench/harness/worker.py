@@ -49,7 +49,14 @@ from hetbench.core.tensors import (
 from hetbench.core.workload import Workload
 from hetbench.errors import UserError
 from hetbench.harness.compute_end import ComputeEnd
-from hetbench.harness.evaluation import History, Snapshots, evaluate, note
+from hetbench.harness.evaluation import (
+    EvaluatedModel,
+    History,
+    ServerModel,
+    Snapshots,
+    evaluate,
+    note,
+)
 from hetbench.harness.profiling import LoopProfiler, part
 from hetbench.harness.step_lines import StepLines, loss_for_line
 from hetbench.network.emulator import Emulator
@@ -168,18 +175,29 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous, services: dic
         # This process's CPU time (all its threads) while training: what the run cost the cores
         # (summary.json's train_cpu_s, report.csv's cpu_ms_per_iteration).
         cpu0_s = time.process_time()
+        evaluated = EvaluatedModel.of(config, algorithm)  # which model is scored
         if not ctx.is_worker:
             progress.phase = "serving"
+            # The server whose model is scored keeps it while it serves (ctx.model_updated).
+            kept = (ServerModel(config, model, t0_ns)
+                    if evaluated.server == rank and config.compute != "emulated" else None)
+            if kept is not None:
+                ctx.model_updated = kept.updated
             progress.finish = algorithm.serve(ctx, model, optimizer) or {}
             progress.train_cpu_s = time.process_time() - cpu0_s
             _end_network(comm, progress)
+            if config.save_models:
+                np.save(run_dir / f"model.rank{rank}.npy", flat_params(model).cpu().numpy())
+            if kept is not None:
+                progress.phase = "evaluation"
+                kept.answer(ctx)
             return
-        snapshots = Snapshots(config.eval_interval_s)
+        snapshots = Snapshots(config.eval_interval_s, evaluated.keep)
         snapshots.maybe_take(0.0, 0, model)  # tick 0: the common initial model
         emulated = config.compute == "emulated"
         history = None
         if config.target and not emulated:
-            history = History()
+            history = History(keep=evaluated.keep)
             history.add(0.0, 0, model)
         iterations_done = _train(config, ctx, workload, model, optimizer, algorithm, run_dir,
                                  t0_ns, progress, batches, None if emulated else snapshots,
@@ -204,7 +222,7 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous, services: dic
         if config.save_models:
             np.save(run_dir / f"model.rank{rank}.npy", flat_params(model).cpu().numpy())
         evaluate(config, ctx, workload, model, None if emulated else snapshots, end_s,
-                  iterations_done, run_dir, history)
+                  iterations_done, run_dir, history, evaluated)
     except BaseException:
         # Stamp the failure before closing the group: closing resets peers' connections, and
         # their reports must not look earlier than the cause.

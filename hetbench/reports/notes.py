@@ -249,6 +249,8 @@ def metadata(runs: pd.DataFrame) -> pd.DataFrame:
             "compute": run.get("compute", ""), "synthetic": run.get("synthetic", ""),
             "simulated": run.get("simulated", False),
             "pace_ms": run.get("pace_ms", ""),
+            # Which model the accuracy columns score (Algorithm.evaluated_model).
+            "evaluated_model": _text(run.get("evaluated_model")),
             "code": describe(recorded_identity({"code": code} if isinstance(code, dict)
                                                else None, env)),
             "git": f"{sha[:10]}{' (dirty)' if env.get('git_dirty') else ''}",

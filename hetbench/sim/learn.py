@@ -118,10 +118,10 @@ class Learner:
         self._gradients = vmap(grad(self._loss))
         self.records: list[dict[str, Any]] = []
         self._next_tick = 0
-        #: The run's target, timed to the iteration: the averaged model is scored after every
+        #: The run's target, timed to the iteration: the evaluated model is scored after every
         #: iteration until it meets it (cheap for the models learned here).
         self.target = parse_target(config.target) if config.target else None
-        #: The first step end at which the averaged model met the target (after_iteration).
+        #: The first step end at which the evaluated model met the target (after_iteration).
         self._crossing: dict[str, Any] | None = None
         #: False: every gradient computed alone (the tests' reference for batching).
         self.batching = True
@@ -140,6 +140,13 @@ class Learner:
         self.next_tick_s = 0.0
         self._steps_ended = 0
         self.last_end_s = 0.0
+        #: Which model the run scores (Algorithm.evaluated_model): the workers' mean model,
+        #: the server's (`server`: its model, or every worker's where they all take it, as
+        #: ps-sync's protocol says), or one the protocol keeps (`evaluated_flat`).
+        self.evaluated_model = config.algorithm_class().evaluated_model
+        #: That model of the protocol's own, flat (flat_params' order), as its learn keeps it
+        #: (DiLoCo's outer model); None until made: every worker's common initial model.
+        self.evaluated_flat: torch.Tensor | None = None
 
     def _stream(self, worker: int):
         """Worker `worker`'s minibatches, its first drawn now: a shard too small for a batch
@@ -388,7 +395,7 @@ class Learner:
         return {name: g.div_(len(grads)) for name, g in total.items()}
 
     def step_ended(self, t_end: float, iterations: list[int]) -> None:
-        """A worker's step ended at t_end (event mode): with a target, the averaged model is
+        """A worker's step ended at t_end (event mode): with a target, the evaluated model is
         scored once per n step ends, the moment about one step of every worker has passed."""
         self.last_end_s = max(self.last_end_s, t_end)
         self._steps_ended += 1
@@ -409,14 +416,14 @@ class Learner:
         self.next_tick_s = self._next_tick * interval
 
     def after_iteration(self, k: int, t_end: float, iteration: float | None = None) -> None:
-        """With a target not met yet: whether the averaged model after iteration k meets it;
+        """With a target not met yet: whether the evaluated model after iteration k meets it;
         the first time it does, the candidate "target" record at the iteration's end (its last
         worker's), exact to the iteration, as a real run's search finds it to one step
         (`iteration`: the workers' mean iteration then, where they are not all at k + 1).
         finish() keeps it only where an evaluation met the target too (`_crossing`)."""
         if self.target is None or self._crossing is not None:
             return
-        scores = self._mean_scores()
+        scores = self._evaluated_scores()
         if self.target.met(scores.get(self.target.column)):
             self._crossing = {"kind": "target", "wall_s": t_end,
                               "iteration": float(k + 1) if iteration is None else iteration,
@@ -429,7 +436,7 @@ class Learner:
 
         The time to target follows a real run's rule (harness/evaluation.py): a run has one
         only when one of its evaluations (the snapshots at eval_interval_s, or the final) met
-        the target; it is then the first step end at which the averaged model did. A crossing
+        the target; it is then the first step end at which the evaluated model did. A crossing
         between two evaluations that both missed is what a real run cannot see, so a learned
         run does not count it either: the two would otherwise disagree on which cells reached
         the target."""
@@ -447,6 +454,8 @@ class Learner:
             flat = torch.cat([p.reshape(self.n, -1) for p in self.params.values()], dim=1)
             for w in range(self.n):
                 np.save(self.run_dir / f"model.rank{w}.npy", flat[w].numpy())
+            np.save(self.run_dir / "model.evaluated.npy", torch.cat(
+                [p.reshape(-1) for p in self.evaluated().values()]).numpy())
 
     def summary(self) -> dict[str, Any]:
         """The summary fields a real run computes from its evaluations."""
@@ -464,11 +473,24 @@ class Learner:
         mean = self.mean_over_workers(self.params)
         spread = sum(float((p - mean[name]).pow(2).sum()) for name, p in self.params.items())
         return {"iteration": float(iteration), "consensus_distance": spread / self.n,
-                **self._mean_scores()}
+                **self._evaluated_scores()}
 
     @torch.no_grad()
-    def _mean_scores(self) -> dict[str, float]:
-        """The workload's evaluation of the workers' averaged model."""
-        mean = {name: p.mean(0) for name, p in self.params.items()}
-        with _reparametrize_module(self.model, mean):
+    def evaluated(self) -> dict[str, torch.Tensor]:
+        """The model the run scores (`evaluated_model`), by parameter name."""
+        if self.evaluated_model == "server":
+            return self._server_model()
+        if self.evaluated_model != "workers" and self.evaluated_flat is not None:
+            flat, offset, model = self.evaluated_flat, 0, {}
+            for name, p in self.params.items():
+                size = p[0].numel()
+                model[name] = flat[offset:offset + size].to(p.dtype).reshape(p[0].shape)
+                offset += size
+            return model
+        return {name: p.mean(0) for name, p in self.params.items()}
+
+    @torch.no_grad()
+    def _evaluated_scores(self) -> dict[str, float]:
+        """The workload's evaluation of the model the run scores."""
+        with _reparametrize_module(self.model, self.evaluated()):
             return self.workload.evaluate(self.model)
