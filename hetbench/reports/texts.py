@@ -55,9 +55,11 @@ PRAGUE_TEXT = (
     "exists, by {baseline} under the same slowdown): the mean over seeds of each seed's ratio "
     "(to {baseline}'s run of the same seed) ± its 95% Student-t interval's half-width, and n.")
 TTT_TEXT = (
-    "Wall seconds (and iterations) until the average of the workers' models first meets the "
-    "target, mean over the seeds that held it (over those that crossed it where most did not "
-    "hold it). `crossed`: seeds whose model met the target at some moment; `held`: those whose "
+    "Wall seconds (and iterations) until the evaluated model (the run metadata's "
+    "`evaluated_model`: the average of the workers' models, or the model the algorithm "
+    "produces, a parameter server's or DiLoCo's outer model) first meets the target, mean "
+    "over the seeds that held it (over those that crossed it where most did not hold it). "
+    "`crossed`: seeds whose model met the target at some moment; `held`: those whose "
     "every later evaluation stayed within the target's hold tolerance; `verdict`: \"held\" "
     "when most seeds held it, \"crossed, not held\", or \"not reached\". `resolution`: \"1 "
     "step (refined)\" for runs whose matrix named the target (found after training over every "
