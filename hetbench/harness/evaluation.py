@@ -203,6 +203,8 @@ class ServerModel:
         self.snapshots = Snapshots(config.eval_interval_s)
         self.history = History() if config.target else None
         self.updates = 0
+        #: Host seconds the copies took, inside serving (the server's done record says them).
+        self.kept_s = 0.0
         self._t0_ns, self._dilation = t0_ns, config.dilation
         self.snapshots.maybe_take(0.0, 0, model)  # tick 0: the common initial model
         if self.history is not None:
@@ -213,9 +215,9 @@ class ServerModel:
         target, a copy of the model."""
         self.updates += 1
         elapsed_s = (now_ns() - self._t0_ns) / 1e9 / self._dilation
-        self.snapshots.maybe_take(elapsed_s, self.updates, self.model)
+        self.kept_s += self.snapshots.maybe_take(elapsed_s, self.updates, self.model)
         if self.history is not None:
-            self.history.add(elapsed_s, self.updates, self.model)
+            self.kept_s += self.history.add(elapsed_s, self.updates, self.model)
 
     @torch.no_grad()
     def answer(self, ctx: WorkerContext) -> None:

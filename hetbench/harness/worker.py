@@ -189,6 +189,7 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous, services: dic
             if config.save_models:
                 np.save(run_dir / f"model.rank{rank}.npy", flat_params(model).cpu().numpy())
             if kept is not None:
+                progress.finish["model_kept_s"] = kept.kept_s
                 progress.phase = "evaluation"
                 kept.answer(ctx)
             return
