@@ -180,7 +180,8 @@ def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
         "averagings_after_training": averagings_after_training(done),
         # Steps whose gradient the protocol threw away (StepInfo.discarded): no throughput.
         "gradients_dropped": sum(1 for e in all_events if "samples_discarded" in e),
-        **config.algorithm_class().summary_facts(config.algorithm_config(), all_events, done),
+        **config.algorithm_class().facts_record(config.algorithm_class().summary_facts(
+            config.algorithm_config(), all_events, done)),
         "torn_lines": torn,
         **time_breakdown(all_events),
         "train_cpu_s": train_cpu_s(run_dir, done),
