@@ -12,6 +12,17 @@ The real half of an algorithm
 - `Algorithm` (subclass it), `StepInfo` (what `step` returns), `NoOptions`, `opt` (an option
   with its default and the doc `bench list` shows), `WorkerContext` (`ctx`: rank, workers,
   device, seeded rng, `comm`), `UserError` (bad options: one line, exit code 2).
+- The work of a step: `compute(ctx, model, work)`, called before `step`. Not overridden, the
+  harness runs one batch itself (as fast as a plain loop). An algorithm that changes how much
+  a worker computes (DropCompute, a batch balancer) overrides it and takes micro-batches from
+  `work` (a `Work`): `work.compute(n)` (forward and backward over the next n samples, their
+  gradient added; returns its seconds), `work.skip(n)` (drop n samples uncomputed),
+  `work.elapsed_s` (this iteration's compute so far: its own clock), `work.samples`,
+  `work.micro_batches`, `work.batch_size`. The pace floor and the injected slowdown apply
+  per micro-batch, in proportion to its samples; `p.grad` is then the mean over the samples
+  used, and the step's event counts them (`StepInfo.samples` may say otherwise).
+  `split_batch(batch, m)` gives the micro-batch sizes every half uses.
+  algorithms/dropcompute.py is the worked example (all three halves).
 - `Comm` (`ctx.comm`): all_reduce_, average_, broadcast_, barrier, group (fixed groups, made in
   setup), p_reduce_ (groups formed on the fly), send/recv/isend/irecv, channel and the *_on
   forms, rpc; `ReduceOp`; `CommMisuse` (an operation that could only hang, refused).
@@ -55,6 +66,18 @@ The simulated half (`bench sim`)
   step), `Meetings` (P-Reduce groups meeting on the fly)
   and `MemberCaches` (which member sets would hold a cached communicator: a miss pays
   `self.net.group_setup_s`).
+- A protocol whose algorithm owns its compute sets `work(w, k, compute_s, factor)`: how much
+  worker w computes in iteration k given a whole batch's compute time and its slowdown
+  factor, returning (compute_s, slowdown_s, samples), decided by the same pure rule as the
+  real half over the same per-micro-batch durations (compute_s * size / batch * factor). The
+  engine times the gradient and counts the samples by it. A step may not end before its
+  gradient is ready or before now: bench sim refuses it in one line naming the protocol.
+- Server ranks: a protocol with `servers = 1` (a parameter server) has that many server
+  processes always competing for the CPU (`self.engine.active` counts them); the server's
+  own CPU time per message is `self.net.cpu_s` times `self.net.share(active)` (processor
+  sharing over the cores), and a message's wire time `self.net.wire(src, dst, nbytes, at)`
+  or `self.net.message_to(...)` (CPU included). ps.py's PSSyncSim and PSAsyncSim are the
+  worked examples: a server that takes one push at a time keeps a `server_free` time.
 
 The learning half (`bench sim --learn`)
 - A lockstep protocol's `learn(k, learner)` applies the real step's math to every simulated
@@ -68,9 +91,17 @@ The learning half (`bench sim --learn`)
   weights[i, m] * x[peers[i, m]] from the models before the mix, summed in the order of m:
   put the worker's own model first, then its peers in the real step's order; rows of unequal
   length are padded with weight 0; both [workers, m] tensors), `learner.flat()` /
-  `learner.set_flat(rows)` ([workers, model size] in flat_params' order). Call them in the
+  `learner.set_flat(rows)` ([workers, model size] in flat_params' order).
+  `learner.gradients(samples=[...])` gives each worker's gradient over only the first
+  samples[w] samples of its minibatch (the micro-batches it computed). Call them in the
   real step's order: template.py's LocalSGDSim.learn is the worked example (a local step,
   and every `period`-th the mean).
+- An asynchronous protocol (`learns_events = True`) applies one worker's operations at a
+  time, in the order its events run: `learner.begin(w)` (w's compute starts: its gradient
+  will be of the model it holds now), `learner.gradient(w)`, `learner.worker_step(w,
+  grads)`, `learner.row(w)` / `learner.set_row(w, flat)` (one worker's flat model),
+  `learner.server_step(grads)` and `learner.take_server(w)` (a parameter server's model and
+  a worker taking it), `learner.pair_average(i, j)`; ps.py and adpsgd.py are the examples.
 
 The workload half
 - `Workload` (subclass it) and `WorkloadOptions` (its options dataclass's base).
@@ -93,6 +124,7 @@ from hetbench.core.tensors import (
     set_flat_state,
 )
 from hetbench.core.waits import WAIT_RULES, WaitRule
+from hetbench.core.work import Work, split_batch
 from hetbench.core.workload import Workload, WorkloadOptions
 from hetbench.errors import UserError
 from hetbench.sim.learn import Learner
@@ -114,6 +146,7 @@ __all__ = [
     "Steps",
     "UserError",
     "WaitRule",
+    "Work",
     "WorkerContext",
     "Workload",
     "WorkloadOptions",
@@ -128,4 +161,5 @@ __all__ = [
     "set_flat_grads",
     "set_flat_params",
     "set_flat_state",
+    "split_batch",
 ]

@@ -1,8 +1,12 @@
 """The Algorithm interface every synchronization algorithm implements.
 
-The harness owns the loop: it computes gradients (forward/backward), injects slowdown, then calls
-`step`, which applies the local update and synchronizes. An algorithm never reads clocks or the
-slowdown; it reports what the event log should say about the step in a StepInfo.
+The harness owns the loop: each iteration it has the algorithm's `compute` run the step's
+forward and backward (by default one batch, which the harness runs itself; an algorithm that
+changes the work, such as DropCompute, takes micro-batches through a `Work` and may stop early
+or take more), applies the pace floor and the injected slowdown to each piece of compute, then
+calls `step`, which applies the local update and synchronizes. An algorithm never reads the
+slowdown; it sees its own compute time as it goes (Work.elapsed_s), as a slow GPU's worker
+would, and reports what the event log should say about the step in a StepInfo.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from torch import nn
 from hetbench.core.config import RunConfig
 from hetbench.core.context import WorkerContext
 from hetbench.core.waits import WaitRule
+from hetbench.core.work import Work
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +66,10 @@ class StepInfo:
     #: workers drops the late ones): its samples then count toward no throughput, since no
     #: model learned from them (the event records them as samples_discarded).
     discarded: bool = False
+    #: The samples this step's gradient came from. None: what the iteration's compute used
+    #: (the batch size, or the samples an algorithm's own `compute` took through its Work).
+    #: Throughput counts these, not the samples drawn: a dropped micro-batch trained nothing.
+    samples: int | None = None
     #: Algorithm-specific event fields: group members, neighbours used, skipped iterations.
     #: A field named `*_s` is seconds measured on this host (like wait_s): the worker records
     #: it in cluster time (divided by an emulated network's dilation).
@@ -158,6 +167,30 @@ class Algorithm(ABC):
 
     def setup(self, ctx: WorkerContext, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Called on every rank before training; collective group creation belongs here."""
+
+    def compute(self, ctx: WorkerContext, model: nn.Module, work: Work) -> None:
+        """This iteration's forward and backward, before `step`: leave the gradient of the
+        samples used in `p.grad`.
+
+        Not overridden (the default), the harness runs one batch of the workload's batch size
+        itself, as fast as a plain training loop. An algorithm that changes how much a worker
+        computes overrides it and takes its work from `work` (harness/work.py): `work.compute(n)`
+        runs forward and backward over the next n samples of the worker's stream (a
+        micro-batch) and returns its seconds, `work.skip(n)` drops n samples, `work.elapsed_s`
+        is this iteration's compute so far and `work.samples` the samples used. The pace floor
+        and the injected slowdown apply to each micro-batch in proportion to its samples: a
+        worker slowed k times takes k times as long on every micro-batch it computes, and
+        computing all of a batch costs what one batch does, so cutting work cuts the delay.
+        The harness leaves in `p.grad` the mean gradient over the samples used, and the step's
+        event line counts them (StepInfo.samples). Under emulated compute, a micro-batch is
+        a paced wait of its share of compute_ms, and the gradients are the fixed ones.
+        """
+        work.compute()
+
+    @classmethod
+    def owns_compute(cls) -> bool:
+        """Whether the algorithm overrides `compute` (the harness then hands it a Work)."""
+        return cls.compute is not Algorithm.compute
 
     def forward_module(self, model: nn.Module) -> nn.Module:
         """The module the harness runs each forward/backward through; `model` by default.

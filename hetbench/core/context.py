@@ -40,6 +40,9 @@ class WorkerContext:
     #: elsewhere.
     model_updated: Callable[[], None] = lambda: None
     extra: dict = field(default_factory=dict)
+    #: Host seconds per second of the run's time (an emulated network's dilation, else 1): a
+    #: duration an algorithm measures with its own clock, divided by it, is the run's.
+    dilation: float = 1.0
 
     @property
     def is_worker(self) -> bool:

@@ -118,6 +118,7 @@ ALGORITHMS: Registry = Registry("algorithm", "hetbench.algorithms", {
     "prague-random": "hetbench.algorithms.prague.random:PragueRandom",
     "allreduce-backup": "hetbench.algorithms.allreduce_backup:AllReduceBackup",
     "diloco": "hetbench.algorithms.diloco:DiLoCo",
+    "dropcompute": "hetbench.algorithms.dropcompute:DropCompute",
     # The template to copy when adding an algorithm (a real one: local SGD).
     "local-sgd": "hetbench.algorithms.template:LocalSGD",
     "osgp": "hetbench.algorithms.sgp:OSGP",

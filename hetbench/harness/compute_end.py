@@ -26,6 +26,12 @@ on the drained stream at a known host time, renewed every ANCHOR_S seconds (one 
 second), so that event times stay within microseconds of the host's (the clocks drift apart at
 parts per million).
 
+An algorithm that owns its compute (Algorithm.compute, harness/work.py) takes it a micro-batch
+at a time: each one ends with `micro_batch`, which pads it to its share of the pace floor and
+sleeps its share of the slowdown, so a straggler that stops early stops its delay too; the
+iteration's compute ends at `end_micro_batches`. Such an algorithm reads its own time after
+each micro-batch, so on CUDA each one waits for the stream there.
+
 Times recorded follow the synchronizing definition exactly: an iteration starts when the host
 begins it or the stream finishes earlier work, whichever is later; compute ends when the host
 called the end and the stream finished the compute; the step ends when the host returned from
@@ -122,6 +128,8 @@ class ComputeEnd:
 
     def begin(self, iteration: int, elapsed_s: float) -> None:
         self._iteration, self._elapsed_s = iteration, elapsed_s
+        self._factor: float | None = None
+        self._micro_compute_s = self._micro_slowdown_s = 0.0
         host_ns = now_ns()
         event = None if self.clock is None else self.clock.mark(host_ns, renew=True)
         self._marks = _Marks(host_ns, event)
@@ -157,6 +165,38 @@ class ComputeEnd:
         marks.compute_s, marks.slowdown_s = compute_s, slowdown_s
         #: When communication may start; the slowdown is what lies between compute and this.
         marks.host_sync_ns = now_ns()
+
+    def micro_batch(self, started_ns: int, share: float) -> float:
+        """One micro-batch of an algorithm's own compute, begun at `started_ns` (host clock),
+        `share` of a batch, has been computed: pad it to that share of the pace floor, then
+        sleep its slowdown ((k - 1) x its padded compute). Returns its host seconds."""
+        if self._factor is None:  # one draw an iteration, as the one-batch path's
+            self._factor = self._injector.factor(self._rank, self._iteration, self._elapsed_s)
+        if self.clock is not None:  # the algorithm reads its time now
+            torch.cuda.current_stream(self.clock.device).synchronize()
+        compute_s = (now_ns() - started_ns) / 1e9
+        floor_s = self._pace_s * share
+        if compute_s < floor_s:
+            time.sleep(floor_s - compute_s)
+            compute_s = floor_s
+        slowdown_s = (self._factor - 1.0) * compute_s
+        if slowdown_s > 0:
+            time.sleep(slowdown_s)
+        self._micro_compute_s += compute_s
+        self._micro_slowdown_s += slowdown_s
+        return compute_s + slowdown_s
+
+    def end_micro_batches(self) -> None:
+        """The algorithm's own compute is over: the iteration's compute ends now. What lay
+        between its micro-batches (its own decisions, drawing samples) counts as compute."""
+        self._ended = True
+        marks = self._marks
+        marks.t_start_ns = marks.host_start_ns
+        marks.host_sync_ns = now_ns()
+        marks.slowdown_s = self._micro_slowdown_s
+        marks.compute_s = (marks.host_sync_ns - marks.t_start_ns) / 1e9 - marks.slowdown_s
+        if self.clock is not None:
+            self.compute_waits += 1
 
     def step_done(self) -> PendingTimes:
         """The step returned: this iteration's times, to resolve once the device is there."""

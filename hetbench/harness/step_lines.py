@@ -164,7 +164,8 @@ class StepLines:
         wait_s = min(waited_s / dilation, step_s)
         return step_event(
             config.run_id, self._rank, iteration, t_start, t_end, compute_s,
-            (t_sync - t_start) / 1e9 - compute_s, step_s - wait_s, wait_s, self._batch_size,
+            (t_sync - t_start) / 1e9 - compute_s, step_s - wait_s, wait_s,
+            self._batch_size if info.samples is None else info.samples,
             loss=float("nan") if loss is None else loss.item(), snapshot_s=snapshot_s,
             measured={"process_cpu_s": process_cpu_s}, peers=info.peers,
             staleness=info.staleness,

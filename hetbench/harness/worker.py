@@ -59,6 +59,7 @@ from hetbench.harness.evaluation import (
 )
 from hetbench.harness.profiling import LoopProfiler, part
 from hetbench.harness.step_lines import StepLines, loss_for_line
+from hetbench.harness.work import HarnessWork, SampleStream
 from hetbench.network.emulator import Emulator
 
 #: Store key under which rank 0 publishes the services it started (runs without `bench run`).
@@ -142,7 +143,8 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous, services: dic
         ctx = WorkerContext(rank=rank, world_size=world_size, workers=config.workers,
                             device=device, comm=comm, seed=config.seed,
                             rng=np.random.default_rng([config.seed, rank, 17]),
-                            services=services, end_compute=end_compute)
+                            services=services, end_compute=end_compute,
+                            dilation=config.dilation)
         progress.phase = "setup"
         algorithm.setup(ctx, model, optimizer)
         if comm.stages_through_host and world_size >= 2 and rank < 2:
@@ -293,8 +295,21 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
         g = torch.Generator().manual_seed(config.seed * 1000 + rank)
         for p in params_of(model):
             p.grad = (torch.randn(p.shape, generator=g) * 1e-4).to(device)
+        net = None
     else:
         net = algorithm.forward_module(model)
+    work = None
+    if algorithm.owns_compute():  # micro-batches of the algorithm's choosing (work.py)
+        def emulated_wait(seconds: float) -> None:
+            if comm.network is None:
+                time.sleep(seconds)
+            else:  # a modeled wait: its lateness counts against the run's fidelity
+                comm.network.wait(seconds, comm.network.clock())
+
+        work = HarnessWork(workload, net, model,
+                           None if batches is None else SampleStream(batches), end_compute,
+                           options.batch_size, device, dilation, emulated_wait,
+                           dilation * options.compute_ms / 1000)
     log = EventLog(run_dir / f"events.rank{rank}.jsonl")
     steps = StepLines(config, rank, log, t0_ns, options.batch_size)
     profiler = LoopProfiler.from_env(run_dir, rank, device)  # HETBENCH_PROFILE (profiling.py)
@@ -323,7 +338,15 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
             if profiler is not None:
                 profiler.at_iteration(iteration)
             end_compute.begin(iteration, elapsed_s)
-            if batches is None:
+            if work is not None:
+                with part(profiler, "forward_backward"):
+                    if batches is not None:
+                        optimizer.zero_grad()
+                    work.begin()
+                    algorithm.compute(ctx, model, work)
+                    loss = work.finish()
+                    loss = None if loss is None else loss_for_line(loss)
+            elif batches is None:
                 if comm.network is None:
                     time.sleep(dilation * options.compute_ms / 1000)
                 else:  # a modeled wait: its lateness counts against the run's fidelity
@@ -346,6 +369,8 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
                 comm.record_step()
                 info = algorithm.step(ctx, model, optimizer)
                 did = comm.recorded_step()
+                if work is not None and info.samples is None:
+                    info.samples = work.samples
             with part(profiler, "bookkeeping"):
                 times = end_compute.step_done()
                 cpu_now_s = time.process_time()

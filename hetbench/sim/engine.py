@@ -84,6 +84,9 @@ class Engine:
         #: When each worker's current gradient was ready (compute + slowdown over).
         self.t_sync = [0.0] * self.n
         self._slowdown = [0.0] * self.n
+        #: Samples each worker's current step computed, where the protocol decides its work
+        #: (Protocol.work), else None: the batch size.
+        self._samples: list[int | None] = [None] * self.n
         self.finished = [False] * self.n
         self.events = 0
         #: Processes in a synchronization step now (CPU sharing: NetworkModel.share).
@@ -94,6 +97,8 @@ class Engine:
         self._agreeing: list[int] = []
         self.protocol = protocol_for(self)
         self.active = self.protocol.servers  # a server process is always in its loop
+        #: The protocol's rule for how much a worker computes (Protocol.work), or None.
+        self._work = self.protocol.work
 
     # -- the event loop ----------------------------------------------------------------------
     def at(self, t: float, fn: Callable, *args) -> None:
@@ -180,9 +185,24 @@ class Engine:
                 compute = np.full(n, self.compute_s)
             else:  # each worker's own seeded stream: the same draws in any order
                 compute = np.array([self._draw(w) for w in range(n)])
-            slow = (self.injector.factors(k, t) - 1.0) * compute
+            factors = self.injector.factors(k, t)
+            samples = None
+            if self._work is None:
+                slow = (factors - 1.0) * compute
+            else:  # the protocol decides each worker's work, worker by worker
+                planned = [self._work(w, k, c, f)
+                           for w, (c, f) in enumerate(zip(compute.tolist(), factors.tolist(),
+                                                          strict=True))]
+                compute = np.array([c for c, _, _ in planned])
+                slow = np.array([d for _, d, _ in planned])
+                samples = [m for _, _, m in planned]
             t_sync = t + compute + slow
+            self.t_start = t  # what a protocol may read of this iteration, as on the event path
             steps = protocol.step_all(k, t_sync, full)
+            early = np.flatnonzero(steps.t_end < t_sync)
+            if len(early):
+                self._refuse_early_end(int(early[0]), k, float(steps.t_end[early[0]]),
+                                       float(t_sync[early[0]]))
             if self.learner is not None:
                 # Evaluations at the ticks before this iteration ends see the models as they
                 # are; then the iteration's model operations, as the real steps do them.
@@ -192,13 +212,15 @@ class Engine:
             step_s = steps.t_end - t_sync
             wait_s = np.minimum(np.maximum(steps.wait_s, 0.0), step_s)
             if sink is not None:
-                sink.add_all(k, t, steps.t_end, compute, slow, step_s - wait_s, wait_s, steps)
+                sink.add_all(k, t, steps.t_end, compute, slow, step_s - wait_s, wait_s, steps,
+                             samples)
             t = steps.t_end
             self.events += n
             self.iteration = [k + 1] * n
         if sink is not None:
             sink.settle()
         self.t_sync = t.tolist() if self.config.iterations == 0 else t_sync.tolist()
+        self.t_start = (t if self.config.iterations == 0 else self.t_start).tolist()
         self.trained_until = float(t.max()) if n else 0.0
         for w, t_end in enumerate(t.tolist()):
             self.at(t_end, self.begin, w, t_end)
@@ -235,7 +257,10 @@ class Engine:
             if column is None:
                 column = self._factor_column(k)
             factor = column[w]
-        slow = (factor - 1.0) * compute
+        if self._work is None:
+            slow = (factor - 1.0) * compute
+        else:
+            compute, slow, self._samples[w] = self._work(w, k, compute, factor)
         self.t_start[w] = t
         if self.learner is not None and self.protocol.learns_events:
             self.learner.begin(w)  # its gradient is of the model it holds now
@@ -268,12 +293,23 @@ class Engine:
         """Worker w's step ends at t_end (>= now) after waiting wait_s for peers; `peers`,
         `staleness`, `discarded` and `peer_ranks` (the ranks it synchronized with) are the
         real step's StepInfo fields."""
+        if t_end < self.now or t_end < self.t_sync[w]:
+            self._refuse_early_end(w, self.iteration[w], t_end, max(self.now, self.t_sync[w]))
         if t_end > self.now:
             self.at(t_end, self._end, w, t_end, wait_s, fields, next_iteration, peers,
                     staleness, discarded, peer_ranks)
         else:
             self._end(w, t_end, wait_s, fields, next_iteration, peers, staleness, discarded,
                       peer_ranks)
+
+    def _refuse_early_end(self, w: int, k: int, t_end: float, earliest: float) -> None:
+        """A step that would end before its gradient was ready, or before the moment it is
+        decided: its event line would contradict itself (a negative wait) and its time would
+        count work the protocol never waited for."""
+        protocol = type(self.protocol).__name__
+        raise UserError(f"{self.config.algorithm}'s simulated protocol {protocol} ended worker "
+                        f"{w}'s step {k} at {t_end:.9f} s, before {earliest:.9f} s (its "
+                        "gradient's ready time, or now): a step ends at or after both")
 
     def _end(self, w: int, t_end: float, wait_s: float, fields: dict | str | None,
              next_iteration: int | None, peers: int | None = None,
@@ -290,7 +326,7 @@ class Engine:
         if self.sink is not None:
             self.sink.add(w, k, self.t_start[w], t_end, self._compute_s[w], self._slowdown[w],
                           step_s - wait_s, wait_s, fields, peers, staleness, discarded,
-                          peer_ranks)
+                          peer_ranks, self._samples[w])
         self.events += 1
         self.iteration[w] = k + 1 if next_iteration is None else next_iteration
         if self.learner is not None:

@@ -97,6 +97,8 @@ class Learner:
         options = config.workload_config()
         self.lr, self.momentum = options.lr, options.momentum
         self.weight_decay = options.weight_decay
+        #: Samples a worker's minibatch holds (gradients(samples=...) takes fewer of them).
+        self.batch_size = options.batch_size
         self.workload = config.workload_class()(options, config.seed)
         torch.manual_seed(config.seed)  # the real worker's initial model, on every worker
         self.model = self.workload.build_model()
@@ -166,11 +168,15 @@ class Learner:
         with _reparametrize_module(self.model, params):
             return self.workload.loss(self.model, (x, y))
 
-    def gradients(self) -> dict[str, torch.Tensor]:
-        """Every worker's gradient of its next minibatch at its current model, stacked."""
-        return self._batch_gradients(list(range(self.n)))
+    def gradients(self, samples=None) -> dict[str, torch.Tensor]:
+        """Every worker's gradient of its next minibatch at its current model, stacked.
+        `samples` (one count per worker): each worker's gradient over only the first
+        samples[w] samples of its minibatch, the micro-batches it computed (an algorithm that
+        owns its compute: DropCompute); its minibatch is drawn whole either way, as a real
+        worker skips the samples it dropped."""
+        return self._batch_gradients(list(range(self.n)), samples)
 
-    def _batch_gradients(self, rows: list[int]) -> dict[str, torch.Tensor]:
+    def _batch_gradients(self, rows: list[int], samples=None) -> dict[str, torch.Tensor]:
         """The gradients of workers `rows` (each of its next minibatch at its current model),
         stacked in that order: one vmap call, or one per worker with batching off.
 
@@ -189,10 +195,27 @@ class Learner:
         else:
             index = torch.tensor(rows)
             params = {name: p[index] for name, p in self.params.items()}
+        if samples is not None and any(samples[w] != x.shape[1] for w in rows):
+            return self._first_samples_gradients(params, x, y, [samples[w] for w in rows])
         if not self.batching:
             parts = [self._padded(params, x, y, slice(i, i + 1)) for i in range(len(rows))]
             return {name: torch.cat([part[name] for part in parts]) for name in params}
         return self._padded(params, x, y, slice(0, len(rows)))
+
+    def _first_samples_gradients(self, params, x, y, counts: list[int]):
+        """Each row's gradient over its first counts[i] samples: one vmap per distinct count
+        (a vmap needs one batch length)."""
+        out = {name: torch.empty_like(p) for name, p in params.items()}
+        for count in sorted(set(counts)):
+            if count < 1:
+                raise ValueError("a gradient over no samples: compute at least one")
+            rows = [i for i, c in enumerate(counts) if c == count]
+            index = torch.tensor(rows)
+            grads = self._padded({name: p[index] for name, p in params.items()},
+                                 x[index][:, :count], y[index][:, :count], slice(0, len(rows)))
+            for name, g in grads.items():
+                out[name][index] = g
+        return out
 
     def _padded(self, params, x, y, rows: slice) -> dict[str, torch.Tensor]:
         count = rows.stop - rows.start

@@ -73,13 +73,14 @@ class Protocol:
     What a protocol calls:
 
     - `self.engine.end_step(w, t_end, wait_s, fields=None, next_iteration=None, *, peers=None,
-      staleness=None, discarded=False, peer_ranks=None)`: worker w's step ends at t_end (>=
-      now) after waiting wait_s for peers; the keywords are what the real step's StepInfo
-      says (`peer_ranks`: the ranks it synchronized with, for "who waited for whom"; `fields`:
-      the event line's extra fields, a dict, or encode_fields' string; formatting them may be
-      skipped where `self.engine.full_events` is False. As in a real step's StepInfo.fields,
-      `samples` sets the samples the step used, and a key the harness writes itself
-      (core.record.HARNESS_KEYS) is refused: bench sim stops with one line naming the
+      staleness=None, discarded=False, peer_ranks=None)`: worker w's step ends at t_end (>= now
+      and >= its gradient's ready time t_sync[w]; bench sim refuses an earlier end in one line
+      naming the protocol) after waiting wait_s for peers; the keywords are what the real step's
+      StepInfo says (`peer_ranks`: the ranks it synchronized with, for "who waited for whom";
+      `fields`: the event line's extra fields, a dict, or encode_fields' string; formatting them
+      may be skipped where `self.engine.full_events` is False. As in a real step's
+      StepInfo.fields, `samples` sets the samples the step used, and a key the harness writes
+      itself (core.record.HARNESS_KEYS) is refused: bench sim stops with one line naming the
       protocol);
     - `self.engine.done(w)` when w's finish() would return (the default finish does it);
     - `self.engine.at(t, fn, *args)` to run fn(*args) at simulated time t.
@@ -108,6 +109,14 @@ class Protocol:
         self.model_bytes = engine.layout.model_bytes
         self.config = engine.config.algorithm_config()
 
+    #: work(w, k, compute_s, factor) -> (compute_s, slowdown_s, samples), or None: how much
+    #: worker w computes in iteration k, for an algorithm that owns its compute
+    #: (Algorithm.compute), given a whole batch's compute time and w's slowdown factor; the
+    #: engine then times the step's gradient by what it returns and counts its samples. It
+    #: must decide as the real half does, through the same pure rule over the same
+    #: per-micro-batch durations (a micro-batch of s samples: compute_s * s / batch, times the
+    #: factor; core.work.split_batch). None: the whole batch, (factor - 1) x compute slower.
+    work = None
     #: learn(k, learner), the protocol's model operations for `bench sim --learn` (lockstep
     #: protocols: iteration k of every worker, on a sim.learn.Learner), or None: the
     #: algorithm has no learning half and --learn refuses it.

@@ -124,8 +124,12 @@ class EventSink:
     def add(self, rank: int, iteration: int, t_start: float, t_end: float, compute_s: float,
             slowdown_s: float, comm_s: float, wait_s: float, fields: dict | str | None,
             peers: int | None = None, staleness: float | None = None,
-            discarded: bool = False, peer_ranks=None) -> None:
+            discarded: bool = False, peer_ranks=None, samples: int | None = None) -> None:
+        """One worker-iteration; `samples`: what its step computed where the protocol decides
+        the work (Protocol.work; None: the batch size)."""
         record = self.records[rank]
+        if samples is not None:
+            self.samples_at.setdefault(rank, {})[len(record) // 6] = samples
         if discarded:  # as the real worker logs a dropped gradient (StepInfo.discarded)
             self.discarded += 1
             self.dropped_at.setdefault(rank, []).append(len(record) // 6)
@@ -153,8 +157,9 @@ class EventSink:
         # go through step_event, which writes each key once.
         event = step_event(self.run_id, rank, iteration, round(t_start * 1e9),
                            round(t_end * 1e9), compute_s, slowdown_s, comm_s, wait_s,
-                           self.samples, peers=peers, staleness=staleness, peer_ranks=ranks,
-                           discarded=discarded, fields=named)
+                           self.samples if samples is None else samples, peers=peers,
+                           staleness=staleness, peer_ranks=ranks, discarded=discarded,
+                           fields=named)
         line = jsonl_line(event, "" if named is not None else fields or "")
         buffer = self._buffers.get(rank)
         if buffer is None:
@@ -178,13 +183,14 @@ class EventSink:
 
     def add_all(self, iteration: int, t_start: np.ndarray, t_end: np.ndarray,
                 compute_s: np.ndarray, slowdown_s: np.ndarray, comm_s: np.ndarray,
-                wait_s: np.ndarray, steps) -> None:
+                wait_s: np.ndarray, steps, samples: list | None = None) -> None:
         """add() for every worker's step of one lockstep iteration (Steps: peers, staleness,
-        fields), in rank order. Without event lines the columns are kept as arrays and moved
-        into the records once (settle), not one Python call per worker-iteration."""
+        fields; `samples`: one per worker where the protocol decides the work), in rank order.
+        Without event lines (nor samples of their own) the columns are kept as arrays and
+        moved into the records once (settle), not one Python call per worker-iteration."""
         n = len(t_start)
         peers = steps.peers
-        if self.wants_fields:
+        if self.wants_fields or samples is not None:
             columns = [c.tolist() for c in (t_start, t_end, compute_s, slowdown_s, comm_s, wait_s)]
             peer_list = peers.tolist() if isinstance(peers, np.ndarray) else [peers] * n
             fields = steps.fields or [None] * n
@@ -192,9 +198,10 @@ class EventSink:
             staleness = steps.staleness
             if not isinstance(staleness, list):
                 staleness = [staleness] * n
+            counts = samples or [None] * n
             for rank, (a, b, c, d, e, f) in enumerate(zip(*columns, strict=True)):
                 self.add(rank, iteration, a, b, c, d, e, f, fields[rank], peer_list[rank],
-                         staleness[rank], peer_ranks=peer_ranks[rank])
+                         staleness[rank], peer_ranks=peer_ranks[rank], samples=counts[rank])
             return
         self.sync.add_all(peers if isinstance(peers, np.ndarray) else np.full(n, peers),
                           steps.staleness)
@@ -336,5 +343,6 @@ class KeptEvents(Sequence):
             fields = decoded_tail(fields)
         return step_event(sink.run_id, rank, iteration, round(t_start * 1e9),
                           round(t_end * 1e9), compute_s, slowdown_s, comm_s, wait_s,
-                          sink.samples, peers=peers, staleness=staleness,
+                          sink.samples_at.get(rank, {}).get(i, sink.samples), peers=peers,
+                          staleness=staleness,
                           peer_ranks=peer_ranks, discarded=i in dropped, fields=fields)

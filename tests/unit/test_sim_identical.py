@@ -22,10 +22,11 @@ from digest import digest  # noqa: E402
 GOLDEN = json.loads((HERE / "golden.json").read_text())
 #: Summary keys added since the golden runs: records of how a run was written or what it read,
 #: the algorithms' own facts (summary_facts, as real summaries have them, with their names and
-#: units under "facts"), the real-only fields a simulation names as absent and which model the
-#: evaluation scores (evaluated_model); not results the golden runs had.
+#: units under "facts"), the real-only fields a simulation names as absent, which model the
+#: evaluation scores (evaluated_model) and the code the run was made by (code); not results the
+#: golden runs had.
 ADDED_SINCE = {"events", "data", "absent", "wait_rule", "outer_steps", "ps_weight_min",
-               "ps_weight_max", "updates", "facts", "evaluated_model"}
+               "ps_weight_max", "updates", "facts", "evaluated_model", "code"}
 #: Keys of the summary's `sim` record added since: protocol counters a large run has no event
 #: lines for (Hop's skipped iterations, issue 46).
 SIM_ADDED_SINCE = {"iterations_skipped"}

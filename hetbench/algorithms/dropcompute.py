@@ -1,0 +1,284 @@
+"""DropCompute: synchronous data-parallel SGD in which each worker stops computing at a time
+threshold (Giladi, Gottlieb, Lavi, Hoffer, Soudry: "DropCompute: simple and more robust
+distributed synchronous training via compute variance reduction", NeurIPS 2023, Algorithm 1).
+
+A worker's batch is M micro-batches (gradient accumulation). It computes them one after another
+and, once its own compute time has reached the threshold tau, drops the rest of its batch; then
+every worker's accumulated gradient is averaged, weighted by the samples it computed (the
+gradient of every sample computed anywhere), in one all-reduce, and every worker takes the same
+step. A straggler computes fewer micro-batches, so the all-reduce no longer waits for its whole
+batch: the mean iteration time falls, at the price of fewer samples per step.
+
+tau is the option `threshold_ms`, or chosen as the paper proposes (its section 4.3): for the
+first `calibration_iterations` iterations every worker computes its whole batch and records
+when each micro-batch ended, and how long its all-reduce took; then every worker takes the same
+tau, the one that maximises the samples computed per second over those iterations (each lasting
+until its slowest worker stopped, plus the all-reduce), among the recorded end times and no
+threshold at all.
+
+The rule is one pure function (`keep_computing`), which the real step calls live and the
+simulated and learning halves call over the same per-micro-batch durations.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+from hetbench.comm.comm import ReduceOp
+from hetbench.core.algorithm import Algorithm, StepInfo
+from hetbench.core.options import opt
+from hetbench.core.tensors import buckets, params_of
+from hetbench.core.work import split_batch
+from hetbench.errors import UserError
+from hetbench.sim.protocol import Protocol, Steps
+
+
+@dataclass(frozen=True, kw_only=True)
+class DropComputeOptions:
+    micro_batches: int = opt(4, "M: micro-batches a batch is computed in (gradient "
+                                "accumulation); a worker may stop after any of them")
+    threshold_ms: float = opt(0.0, "tau: stop computing once this iteration's compute has "
+                                   "taken this long (ms, the run's time); 0: chosen "
+                                   "automatically after calibration_iterations")
+    calibration_iterations: int = opt(10, "iterations every worker computes its whole batch "
+                                          "and records its micro-batches' end times, before "
+                                          "the automatic tau is chosen (threshold_ms = 0)")
+    bucket_mb: float = opt(25.0, "gradient bucket size in MB for the all-reduce")
+
+
+def keep_computing(elapsed_s: float, threshold_s: float) -> bool:
+    """Algorithm 1's test after each micro-batch: go on while this iteration's compute has
+    taken less than tau (the micro-batch that crosses tau is kept; the rest are dropped)."""
+    return elapsed_s < threshold_s
+
+
+def micro_batches_within(ends_s, threshold_s: float) -> int:
+    """How many micro-batches a worker computes whose micro-batches would end at `ends_s`
+    (cumulative seconds from the iteration's start) under tau = `threshold_s`: the same rule,
+    for the simulated and learning halves and for choosing tau."""
+    for done, end_s in enumerate(ends_s, start=1):
+        if not keep_computing(end_s, threshold_s):
+            return done
+    return len(ends_s)
+
+
+def choose_threshold(ends_s: np.ndarray, comm_s: np.ndarray) -> float:
+    """The paper's automatic tau from calibration iterations: `ends_s[i, w, j]` is when worker
+    w's micro-batch j ended in iteration i (cumulative seconds), `comm_s[i]` what that
+    iteration's all-reduce itself took. Each candidate (every recorded end, and inf: drop
+    nothing) is scored by the micro-batches computed per second over those iterations, an
+    iteration lasting until its slowest worker stopped plus its all-reduce; the best one wins
+    (the largest among equals: nothing is dropped for no gain)."""
+    iterations, workers, _ = ends_s.shape
+    best, best_rate = math.inf, -1.0
+    for tau in [*sorted({float(t) for t in ends_s.ravel()}), math.inf]:
+        computed, seconds = 0, 0.0
+        for i in range(iterations):
+            stops = [micro_batches_within(ends_s[i, w], tau) for w in range(workers)]
+            computed += sum(stops)
+            seconds += max(ends_s[i, w, s - 1] for w, s in enumerate(stops)) + comm_s[i]
+        rate = computed / seconds if seconds > 0 else 0.0
+        if rate >= best_rate:
+            best, best_rate = tau, rate
+    return best
+
+
+class DropCompute(Algorithm):
+    name = "dropcompute"
+    description = ("DropCompute: each worker stops computing micro-batches at a time threshold, "
+                   "then a sample-weighted all-reduce (Giladi et al. 2023)")
+    Config = DropComputeOptions
+    wait_rule = "all"
+    fact_units = {"dropped_micro_batches": "micro-batches", "dropped_share": "share",
+                  "threshold_ms": "ms"}
+
+    @classmethod
+    def simulated_protocol(cls):
+        return DropComputeSim
+
+    @classmethod
+    def validate(cls, config, workers):
+        if config.micro_batches < 1:
+            raise UserError(f"dropcompute micro_batches must be >= 1, got {config.micro_batches}")
+        if config.threshold_ms < 0:
+            raise UserError(f"dropcompute threshold_ms must be >= 0, got {config.threshold_ms}")
+        if config.threshold_ms == 0 and config.calibration_iterations < 1:
+            raise UserError("dropcompute: an automatic threshold (threshold_ms = 0) needs "
+                            "calibration_iterations >= 1")
+        if config.bucket_mb <= 0:
+            raise UserError(f"dropcompute bucket_mb must be > 0, got {config.bucket_mb}")
+
+    @classmethod
+    def summary_facts(cls, config, events, done):
+        computed = [e for e in events if "dropped_micro_batches" in e]
+        if not computed:
+            return {"dropped_micro_batches": None, "dropped_share": None, "threshold_ms": None}
+        dropped = sum(e["dropped_micro_batches"] for e in computed)
+        thresholds = [e["threshold_ms"] for e in computed if e.get("threshold_ms") is not None]
+        return {"dropped_micro_batches": dropped,
+                "dropped_share": dropped / (len(computed) * config.micro_batches),
+                "threshold_ms": thresholds[-1] if thresholds else None}
+
+    def setup(self, ctx, model, optimizer):
+        self._buckets = buckets(params_of(model), int(self.config.bucket_mb * 2**20))
+        self.threshold_s = (self.config.threshold_ms / 1e3 if self.config.threshold_ms > 0
+                            else math.inf)
+        self._calibrating = self.config.threshold_ms == 0
+        #: Per calibration iteration: each micro-batch's end, then the all-reduce's seconds.
+        self._calibration: list[list[float]] = []
+        self._iteration = 0
+        self._sizes: list[int] | None = None
+        self._computed = 0
+
+    def compute(self, ctx, model, work):
+        if self._sizes is None:
+            if self.config.micro_batches > work.batch_size:
+                raise UserError(f"dropcompute micro_batches = {self.config.micro_batches} is "
+                                f"more than the batch of {work.batch_size} samples")
+            self._sizes = split_batch(work.batch_size, self.config.micro_batches)
+        ends = []
+        for j, size in enumerate(self._sizes):
+            work.compute(size)
+            ends.append(work.elapsed_s)
+            if not keep_computing(ends[-1], self.threshold_s):
+                work.skip(sum(self._sizes[j + 1:]))  # dropped: never computed, never reused
+                break
+        self._computed = len(ends)
+        if self._calibrating:
+            self._calibration.append(ends)
+
+    @torch.no_grad()
+    def step(self, ctx, model, optimizer):
+        used = float(sum(self._sizes[:self._computed])) if self._sizes else 0.0
+        started_s = time.perf_counter()
+        total = torch.tensor([used], dtype=torch.float64, device=ctx.device)
+        ctx.comm.all_reduce_(total, ReduceOp.SUM, ctx.worker_ranks)
+        for bucket in self._buckets:
+            grads = [p.grad for p in bucket]
+            # Each worker's mean gradient times its samples: their sum over workers is the
+            # gradient summed over every sample computed anywhere.
+            flat = _flatten_dense_tensors(grads).mul_(used)
+            ctx.comm.all_reduce_(flat, ReduceOp.SUM, ctx.worker_ranks)
+            flat.div_(total.item())
+            for param, averaged in zip(bucket, _unflatten_dense_tensors(flat, grads),
+                                       strict=True):
+                param.grad = averaged
+        if self._calibrating:  # the last worker to arrive waited for nobody: its is the cost
+            self._calibration[-1].append(time.perf_counter() - started_s)
+        optimizer.step()
+        fields = {"micro_batches": self._computed,
+                  "dropped_micro_batches": self.config.micro_batches - self._computed,
+                  "threshold_ms": None if math.isinf(self.threshold_s)
+                  else self.threshold_s * 1e3}
+        self._iteration += 1
+        if self._calibrating and self._iteration == self.config.calibration_iterations:
+            self._choose_threshold(ctx)
+        return StepInfo(peers=ctx.workers - 1, staleness=0.0, fields=fields)
+
+    def _choose_threshold(self, ctx) -> None:
+        """Every worker's calibration end times, shared, and the same tau chosen on each."""
+        m, iterations = self.config.micro_batches, len(self._calibration)
+        ends = torch.zeros(iterations, ctx.workers, m + 1, dtype=torch.float64,
+                           device=ctx.device)
+        ends[:, ctx.rank, :] = torch.tensor(self._calibration, dtype=torch.float64)
+        ctx.comm.all_reduce_(ends, ReduceOp.SUM, ctx.worker_ranks)
+        ends = ends.cpu().numpy()
+        # Host seconds measured, cluster seconds compared: elapsed_s is the run's time, and
+        # so is the all-reduce's share here under a network model's dilation.
+        self.threshold_s = choose_threshold(ends[:, :, :m], ends[:, :, m].min(axis=1)
+                                            / ctx.dilation)
+        self._calibrating = False
+
+
+# -- simulated protocol (bench sim): the same rule over the same per-micro-batch durations ----
+
+class DropComputeSim(Protocol):
+    """Each worker computes micro-batches until keep_computing says stop (over the durations
+    a real run's micro-batches take: their share of the batch's compute, times the worker's
+    slowdown factor), then everyone waits for the last worker and all-reduces the buckets
+    (the sample-weighted average: the same bytes, and a scalar)."""
+
+    lockstep = True
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        options = engine.config.timing_config.workload_options
+        self.batch = options["batch_size"]
+        if self.config.micro_batches > self.batch:
+            raise UserError(f"dropcompute micro_batches = {self.config.micro_batches} is more "
+                            f"than the batch of {self.batch} samples")
+        self.sizes = split_batch(self.batch, self.config.micro_batches)
+        self.buckets = engine.layout.bucket_bytes
+        self.threshold_s = (self.config.threshold_ms / 1e3 if self.config.threshold_ms > 0
+                            else math.inf)
+        self.calibrating = self.config.threshold_ms == 0
+        #: Per calibration iteration, each worker's micro-batch ends.
+        self.calibration: dict[int, list] = {}
+        #: Micro-batches each worker computed in its current iteration.
+        self.computed = [self.config.micro_batches] * self.n
+        self.arrived: list[int] = []
+
+    def work(self, w, k, compute_s, factor):
+        ends = np.cumsum([compute_s * size / self.batch * factor for size in self.sizes])
+        m = micro_batches_within(ends.tolist(), self.threshold_s)
+        if self.calibrating:
+            self.calibration.setdefault(k, [None] * self.n)[w] = ends
+        self.computed[w] = m
+        used = sum(self.sizes[:m])
+        compute = compute_s * used / self.batch
+        return compute, (factor - 1.0) * compute, used
+
+    def _fields(self, w) -> dict:
+        return {"micro_batches": self.computed[w],
+                "dropped_micro_batches": self.config.micro_batches - self.computed[w],
+                "threshold_ms": None if math.isinf(self.threshold_s)
+                else self.threshold_s * 1e3}
+
+    def _after(self, k) -> None:
+        """The end of iteration k: the last calibration iteration chooses tau for all."""
+        if self.calibrating and k == self.config.calibration_iterations - 1:
+            ends = np.array([self.calibration[i] for i in sorted(self.calibration)])
+            comm = self.net.rings(range(self.n), self.buckets, 0.0, self.n)
+            self.threshold_s = choose_threshold(ends, np.full(len(ends), comm))
+            self.calibrating = False
+
+    def ready(self, w):
+        self.arrived.append(w)
+        if len(self.arrived) < self.n:
+            return
+        start = self.engine.now  # events run in time order: the last arrival is now
+        end = self.net.rings(range(self.n), self.buckets, start, self.engine.active)
+        fields = [self._fields(x) for x in range(self.n)]
+        k = self.engine.iteration[w]
+        for x in self.arrived:
+            self.engine.end_step(x, end, start - self.engine.t_sync[x], fields[x],
+                                 peers=self.n - 1, staleness=0.0)
+        self.arrived = []
+        self._after(k)
+
+    def step_all(self, k, t_sync, full):
+        start = float(t_sync.max())
+        end = self.net.rings(range(self.n), self.buckets, start, self.n)
+        fields = [self._fields(w) for w in range(self.n)] if full else None
+        steps = Steps(np.full(self.n, end), start - t_sync, self.n - 1, fields=fields)
+        self._after(k)
+        return steps
+
+    def learn(self, k, learner):
+        """The real step's math: each worker's gradient over the micro-batches it computed
+        (the first of its batch), their sample-weighted mean on every worker, then each
+        worker's optimizer step with it."""
+        sizes = split_batch(learner.batch_size, self.config.micro_batches)
+        used = [sum(sizes[:m]) for m in self.computed]
+        grads = learner.gradients(samples=used)
+        weights = torch.tensor(used, dtype=torch.float64)
+        mean = {name: (g.double() * weights.view(-1, *[1] * (g.dim() - 1))).sum(0, keepdim=True)
+                .div(weights.sum()).to(g.dtype).expand_as(g).clone()
+                for name, g in grads.items()}
+        learner.sgd_step(mean)
