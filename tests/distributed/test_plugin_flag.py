@@ -14,6 +14,11 @@ from hetbench.api import Algorithm, Protocol, StepInfo
 class LoosePlugin(Algorithm):
     name = "loose-plugin"
     description = "a plugin loaded with --plugin, never installed"
+    fact_units = {"loose_steps": "steps"}
+
+    @classmethod
+    def summary_facts(cls, config, events, done):
+        return {"loose_steps": sum(1 for e in events if "loose" in e)}
 
     @classmethod
     def simulated_protocol(cls):
@@ -39,8 +44,8 @@ class LoosePluginSim(Protocol):
         start = self.engine.now
         end = self.net.ring(tuple(range(self.n)), self.model_bytes, start, self.engine.active)
         for x in self.arrived:
-            self.engine.end_step(x, end, start - self.engine.t_sync[x], peers=self.n - 1,
-                                 staleness=0.0)
+            self.engine.end_step(x, end, start - self.engine.t_sync[x], {"loose": x},
+                                 peers=self.n - 1, staleness=0.0)
         self.arrived = []
 '''
 RUN = ["--algorithms", "loose-plugin", "--workloads", "svm", "--workers", "2",
@@ -85,6 +90,11 @@ def test_plugin_flag_runs_an_uninstalled_plugin_and_reruns_it_when_its_source_ch
     assert code["algorithm"].startswith("source ") and code["workload"].startswith("hetbench ")
     assert json.loads((run_dir / "env.json").read_text())["code"] == code
 
+    # Its own facts reach the report (issue 55): 12 steps of 2 workers.
+    reported = bench("report", "--plugin", plugin, out, env=env)
+    assert reported.returncode == 0, reported.stderr
+    _facts_reported(out, 24)
+
     again = bench("run", "--plugin", plugin, *RUN, "--out", out, env=env)
     assert again.returncode == 0 and "skip loose-plugin svm" in again.stdout, again.stdout
     assert not (out / ".attempts").exists()
@@ -97,6 +107,17 @@ def test_plugin_flag_runs_an_uninstalled_plugin_and_reruns_it_when_its_source_ch
     (kept,) = (out / ".attempts").iterdir()
     assert json.loads((kept / "summary.json").read_text())["code"] == code
     assert json.loads((_run_dir(out) / "summary.json").read_text())["code"] != code
+
+
+def _facts_reported(out, steps):
+    """report.csv's fact column and report.md's table of the plugin's own facts."""
+    import pandas as pd
+
+    csv = pd.read_csv(out / "report.csv").set_index("algorithm")
+    assert csv.loc["loose-plugin", "fact:loose_steps"] == steps
+    md = (out / "report.md").read_text()
+    facts = md.split("## Algorithms' own facts")[1].split("\n## ")[0]
+    assert "### loose-plugin" in facts and "loose_steps (steps)" in facts
 
 
 def test_plugin_flag_reaches_the_ranks_that_torchrun_starts(tmp_path, bench, cli_env):
@@ -147,6 +168,10 @@ def test_bench_sim_skips_a_finished_simulation_and_force_or_an_edit_redoes_it(
     assert first.returncode == 0, first.stdout + first.stderr
     before = started()
     assert set(before) == {"loose-plugin", "allreduce"}
+    # A simulated run's facts come from its protocol's fields, as a real run's (issue 55).
+    reported = bench("report", "--plugin", plugin, out, env=env)
+    assert reported.returncode == 0, reported.stderr
+    _facts_reported(out, 24)
 
     plain = bench(*args, env=env)
     assert plain.returncode == 0, plain.stderr
