@@ -41,7 +41,9 @@ def clean_plugins(monkeypatch):
         registry.__dict__.update({k: copy.copy(v) for k, v in state.items()})
     monkeypatch.setattr(plugins, "_loaded", {})
     monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.delenv(plugins.PLUGINS_ENV, raising=False)
+    # setenv, not delenv: delenv of an absent variable records nothing to restore, and the
+    # HETBENCH_PLUGINS that plugins.use() sets would then reach every later test's processes.
+    monkeypatch.setenv(plugins.PLUGINS_ENV, "")
     modules = set(sys.modules)
     yield
     for registry, state in saved:
