@@ -111,6 +111,9 @@ class Learner:
                        for name, p in self.model.named_parameters()}
         self._momentum_buffers: dict[str, torch.Tensor] | None = None
         self._streams = [self._stream(w) for w in range(n)]
+        #: gradients(stream=True): the samples of each worker's current minibatch not taken
+        #: yet, (x, y), by worker.
+        self._rest: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         #: When every worker's stream indexes the same tensors (data.ShardedBatches), their
         #: batches are gathered in one indexing per gradient batch: (x, y), else None.
         first = self._streams[0]
@@ -168,13 +171,48 @@ class Learner:
         with _reparametrize_module(self.model, params):
             return self.workload.loss(self.model, (x, y))
 
-    def gradients(self, samples=None) -> dict[str, torch.Tensor]:
+    def gradients(self, samples=None, *, stream: bool = False) -> dict[str, torch.Tensor]:
         """Every worker's gradient of its next minibatch at its current model, stacked.
         `samples` (one count per worker): each worker's gradient over only the first
         samples[w] samples of its minibatch, the micro-batches it computed (an algorithm that
         owns its compute: DropCompute); its minibatch is drawn whole either way, as a real
-        worker skips the samples it dropped."""
-        return self._batch_gradients(list(range(self.n)), samples)
+        worker skips the samples it dropped.
+
+        `stream=True`: each worker's gradient over the next samples[w] samples of its stream,
+        any count (above the batch size too), across its minibatches, the rest of a minibatch
+        left for its next call: what a real worker's Work takes when it skips nothing (a
+        batch balancer's batch of its own size; harness/work.py's SampleStream)."""
+        if not stream:
+            return self._batch_gradients(list(range(self.n)), samples)
+        if samples is None:
+            raise ValueError("gradients(stream=True) takes one count of samples per worker")
+        taken = [self._take(w, int(samples[w])) for w in range(self.n)]
+        out = {name: torch.empty_like(p) for name, p in self.params.items()}
+        counts = [len(x) for x, _ in taken]
+        for count in sorted(set(counts)):  # a vmap needs one batch length
+            rows = [w for w, c in enumerate(counts) if c == count]
+            index = torch.tensor(rows)
+            x = torch.stack([taken[w][0] for w in rows])
+            y = torch.stack([taken[w][1] for w in rows])
+            grads = self._padded({name: p[index] for name, p in self.params.items()}, x, y,
+                                 slice(0, len(rows)))
+            for name, g in grads.items():
+                out[name][index] = g
+        return out
+
+    def _take(self, w: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Worker w's next `count` samples of its stream, across its minibatches."""
+        if count < 1:
+            raise ValueError("a gradient over no samples: compute at least one")
+        xs, ys = [], []
+        while count > 0:
+            x, y = self._rest.pop(w, None) or next(self._streams[w])
+            xs.append(x[:count])
+            ys.append(y[:count])
+            if len(x) > count:
+                self._rest[w] = (x[count:], y[count:])
+            count -= min(count, len(x))
+        return (xs[0], ys[0]) if len(xs) == 1 else (torch.cat(xs), torch.cat(ys))
 
     def _batch_gradients(self, rows: list[int], samples=None) -> dict[str, torch.Tensor]:
         """The gradients of workers `rows` (each of its next minibatch at its current model),
