@@ -119,6 +119,7 @@ ALGORITHMS: Registry = Registry("algorithm", "hetbench.algorithms", {
     "allreduce-backup": "hetbench.algorithms.allreduce_backup:AllReduceBackup",
     "diloco": "hetbench.algorithms.diloco:DiLoCo",
     "dropcompute": "hetbench.algorithms.dropcompute:DropCompute",
+    "async-diloco": "hetbench.algorithms.async_diloco:AsyncDiLoCo",
     "batch-balance": "hetbench.algorithms.batch_balance:BatchBalance",
     # The template to copy when adding an algorithm (a real one: local SGD).
     "local-sgd": "hetbench.algorithms.template:LocalSGD",
