@@ -93,9 +93,11 @@ The learning half (`bench sim --learn`)
   length are padded with weight 0; both [workers, m] tensors), `learner.flat()` /
   `learner.set_flat(rows)` ([workers, model size] in flat_params' order).
   `learner.gradients(samples=[...])` gives each worker's gradient over only the first
-  samples[w] samples of its minibatch (the micro-batches it computed). Call them in the
-  real step's order: template.py's LocalSGDSim.learn is the worked example (a local step,
-  and every `period`-th the mean).
+  samples[w] samples of its minibatch (the micro-batches it computed; the rest dropped), and
+  `learner.gradients(samples=[...], stream=True)` over its next samples[w] samples, any
+  count, across minibatches (a batch of its own size, as a real worker's Work takes it).
+  Call them in the real step's order: template.py's LocalSGDSim.learn is the worked example
+  (a local step, and every `period`-th the mean).
 - An asynchronous protocol (`learns_events = True`) applies one worker's operations at a
   time, in the order its events run: `learner.begin(w)` (w's compute starts: its gradient
   will be of the model it holds now), `learner.gradient(w)`, `learner.worker_step(w,

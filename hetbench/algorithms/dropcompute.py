@@ -220,8 +220,10 @@ class DropComputeSim(Protocol):
         self.calibrating = self.config.threshold_ms == 0
         #: Per calibration iteration, each worker's micro-batch ends.
         self.calibration: dict[int, list] = {}
-        #: Micro-batches each worker computed in its current iteration.
-        self.computed = [self.config.micro_batches] * self.n
+        #: Micro-batches each worker computed, by iteration, until the iteration is learned or
+        #: its steps end: played event by event (shared cores, a cluster), a worker may begin
+        #: iteration k + 1 before the last step of k ends and learn(k) runs.
+        self.computed: dict[int, list[int]] = {}
         self.arrived: list[int] = []
 
     def work(self, w, k, compute_s, factor):
@@ -229,19 +231,22 @@ class DropComputeSim(Protocol):
         m = micro_batches_within(ends.tolist(), self.threshold_s)
         if self.calibrating:
             self.calibration.setdefault(k, [None] * self.n)[w] = ends
-        self.computed[w] = m
+        self.computed.setdefault(k, [self.config.micro_batches] * self.n)[w] = m
         used = sum(self.sizes[:m])
         compute = compute_s * used / self.batch
         return compute, (factor - 1.0) * compute, used
 
-    def _fields(self, w) -> dict:
-        return {"micro_batches": self.computed[w],
-                "dropped_micro_batches": self.config.micro_batches - self.computed[w],
+    def _fields(self, k, w) -> dict:
+        m = self.computed[k][w]
+        return {"micro_batches": m, "dropped_micro_batches": self.config.micro_batches - m,
                 "threshold_ms": None if math.isinf(self.threshold_s)
                 else self.threshold_s * 1e3}
 
     def _after(self, k) -> None:
-        """The end of iteration k: the last calibration iteration chooses tau for all."""
+        """The end of iteration k: the last calibration iteration chooses tau for all; its
+        counts are kept only for a learning run's learn(k)."""
+        if self.engine.learner is None:
+            self.computed.pop(k, None)
         if self.calibrating and k == self.config.calibration_iterations - 1:
             ends = np.array([self.calibration[i] for i in sorted(self.calibration)])
             comm = self.net.rings(range(self.n), self.buckets, 0.0, self.n)
@@ -254,8 +259,8 @@ class DropComputeSim(Protocol):
             return
         start = self.engine.now  # events run in time order: the last arrival is now
         end = self.net.rings(range(self.n), self.buckets, start, self.engine.active)
-        fields = [self._fields(x) for x in range(self.n)]
         k = self.engine.iteration[w]
+        fields = [self._fields(k, x) for x in range(self.n)]
         for x in self.arrived:
             self.engine.end_step(x, end, start - self.engine.t_sync[x], fields[x],
                                  peers=self.n - 1, staleness=0.0)
@@ -265,7 +270,7 @@ class DropComputeSim(Protocol):
     def step_all(self, k, t_sync, full):
         start = float(t_sync.max())
         end = self.net.rings(range(self.n), self.buckets, start, self.n)
-        fields = [self._fields(w) for w in range(self.n)] if full else None
+        fields = [self._fields(k, w) for w in range(self.n)] if full else None
         steps = Steps(np.full(self.n, end), start - t_sync, self.n - 1, fields=fields)
         self._after(k)
         return steps
@@ -275,7 +280,7 @@ class DropComputeSim(Protocol):
         (the first of its batch), their sample-weighted mean on every worker, then each
         worker's optimizer step with it."""
         sizes = split_batch(learner.batch_size, self.config.micro_batches)
-        used = [sum(sizes[:m]) for m in self.computed]
+        used = [sum(sizes[:m]) for m in self.computed.pop(k)]
         grads = learner.gradients(samples=used)
         weights = torch.tensor(used, dtype=torch.float64)
         mean = {name: (g.double() * weights.view(-1, *[1] * (g.dim() - 1))).sum(0, keepdim=True)

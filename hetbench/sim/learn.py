@@ -68,7 +68,8 @@ def check_learnable(config: RunConfig, protocol) -> None:
         raise UserError(f"bench sim --learn: algorithm {config.algorithm} has no learning half "
                         "yet (Protocol.learn); it plays allreduce, ps-sync, ps-async, "
                         "allreduce-backup, adpsgd, hop, local-sgd, dpsgd, sgp, osgp, diloco, "
-                        "prague-static, prague-smart and prague-random")
+                        "async-diloco, dropcompute, batch-balance, prague-static, prague-smart "
+                        "and prague-random")
 
 
 def check_shards(config: RunConfig) -> None:
