@@ -59,15 +59,18 @@ HALF_MINUTE_CASES = ["test_chaos", "torchrun", "link_down", "test_chaos_launcher
                      "services_host_lost", "clock"]
 
 
-#: The quarter-minute cases of the one-host suites (15-22 s each on a 2-core machine, the
-#: slowest tests outside the half-minute ones), two a day, in turn (each within four days), so
+#: The quarter-minute cases of the one-host suites (8-22 s each on a 2-core machine, the
+#: slowest tests outside the half-minute ones), two a day, in turn (each within five days), so
 #: that CI stays under 20 minutes: a plugin written from the public API, real and simulated
 #: (test_template_and_plugins.py) and a hybrid plugin's simulated half (test_plugin_hybrid.py);
 #: `--target` (test_target_flag.py); `bench tune` (test_tune_cli.py); `bench sim` refused
 #: while a run writes (test_results_dir_lock.py); twice the pacing, twice the time to target
-#: (test_time_to_target.py); the one-host note (test_host_note.py).
+#: (test_time_to_target.py); the one-host note (test_host_note.py); `--plugin` under torchrun
+#: and `bench sim`'s skip and --force (test_plugin_flag.py); three seeds' intervals in every
+#: table (tests/reports/test_verdicts.py).
 QUARTER_MINUTE_CASES = ["hypercube-plugin", "target-flag", "tune", "plugin-simulated-half",
-                        "sim-refused-while-writing", "twice-the-pacing", "host-note"]
+                        "sim-refused-while-writing", "twice-the-pacing", "host-note",
+                        "plugin-torchrun", "sim-skip-force", "three-seed-intervals"]
 
 
 def cases_of_today(cases: list[str], per_day: int = 1) -> list[str]:

@@ -4,6 +4,8 @@ real CLI (issue 55)."""
 
 import json
 
+from tests.helpers import QUARTER_MINUTE_CASES, skip_unless_today
+
 #: An uninstalled plugin with both halves: all-reduce of gradients, and its simulated protocol.
 PLUGIN = '''
 import torch
@@ -121,6 +123,7 @@ def _facts_reported(out, steps):
 
 
 def test_plugin_flag_reaches_the_ranks_that_torchrun_starts(tmp_path, bench, cli_env):
+    skip_unless_today("plugin-torchrun", QUARTER_MINUTE_CASES, per_day=2)
     plugin, out = _plugin(tmp_path), tmp_path / "out"
     ran = bench("run", "--plugin", plugin, "--launcher", "torchrun", *RUN, "--out", out,
                 env=_env(cli_env))
@@ -155,6 +158,7 @@ def test_unknown_names_and_bad_plugins_are_one_line_that_says_how_plugins_load(
 
 def test_bench_sim_skips_a_finished_simulation_and_force_or_an_edit_redoes_it(
         tmp_path, bench, cli_env):
+    skip_unless_today("sim-skip-force", QUARTER_MINUTE_CASES, per_day=2)
     plugin, env, out = _plugin(tmp_path), _env(cli_env), tmp_path / "sim"
     args = ["sim", "--plugin", plugin, "--algorithms", "loose-plugin,allreduce",
             "--workloads", "svm", "--workers", "2", "--iterations", "12", "--pace-ms", "5",

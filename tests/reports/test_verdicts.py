@@ -10,6 +10,7 @@ import pytest
 
 from hetbench.core.target import parse_target
 from hetbench.reports.targets import reach
+from tests.helpers import QUARTER_MINUTE_CASES, skip_unless_today
 
 LOST_RUN = "ps-async-mlp-digits-w2-none-s1-d653ae35cc"
 
@@ -77,6 +78,7 @@ def test_a_target_crossed_and_lost_is_marked_in_every_table(results, bench):
 
 
 def test_three_seeds_give_mean_interval_and_n_in_latex_markdown_and_html(tmp_path, bench):
+    skip_unless_today("three-seed-intervals", QUARTER_MINUTE_CASES, per_day=2)
     out = tmp_path / "sim"
     ran = bench("sim", "--algorithms", "allreduce,dpsgd", "--workloads", "mlp-digits",
                 "--workers", "4", "--seeds", "1,2,3", "--iterations", "150", "--pace-ms", "5",
