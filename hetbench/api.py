@@ -95,7 +95,8 @@ The learning half (`bench sim --learn`)
   `learner.gradients(samples=[...])` gives each worker's gradient over only the first
   samples[w] samples of its minibatch (the micro-batches it computed; the rest dropped), and
   `learner.gradients(samples=[...], stream=True)` over its next samples[w] samples, any
-  count, across minibatches (a batch of its own size, as a real worker's Work takes it).
+  count, across minibatches (a batch of its own size, as a real worker's Work takes it);
+  `learner.mean_by_samples(grads, samples)` their sample-weighted mean on every worker.
   Call them in the real step's order: template.py's LocalSGDSim.learn is the worked example
   (a local step, and every `period`-th the mean).
 - An asynchronous protocol (`learns_events = True`) applies one worker's operations at a

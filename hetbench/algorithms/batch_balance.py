@@ -41,8 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from hetbench.algorithms.dropcompute import average_by_samples_
 from hetbench.comm.comm import ReduceOp
 from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.options import opt
@@ -200,17 +200,7 @@ class BatchBalance(Algorithm):
         ctx.comm.all_reduce_(measured, ReduceOp.SUM, ctx.worker_ranks)
         measured = measured.cpu().numpy()
         samples, seconds = measured[:n], measured[n:]
-        total = float(samples.sum())
-        for bucket in self._buckets:
-            grads = [p.grad for p in bucket]
-            # Each worker's mean gradient times its samples: their sum over workers is the
-            # gradient summed over every sample of the step.
-            flat = _flatten_dense_tensors(grads).mul_(float(self._batch))
-            ctx.comm.all_reduce_(flat, ReduceOp.SUM, ctx.worker_ranks)
-            flat.div_(total)
-            for param, averaged in zip(bucket, _unflatten_dense_tensors(flat, grads),
-                                       strict=True):
-                param.grad = averaged
+        average_by_samples_(ctx, self._buckets, float(self._batch), float(samples.sum()))
         optimizer.step()
         fields = {"batch": self._batch, "speed": _speed(self._batch, self._seconds)}
         self._window.append((samples, seconds))
@@ -301,8 +291,4 @@ class BatchBalanceSim(Protocol):
             batches = plan_batches(batches, self.n * learner.batch_size,
                                    batch_floor(self.config.min_share, learner.batch_size))
         grads = learner.gradients(samples=batches, stream=True)
-        weights = torch.tensor(batches, dtype=torch.float64)
-        mean = {name: (g.double() * weights.view(-1, *[1] * (g.dim() - 1))).sum(0, keepdim=True)
-                .div(weights.sum()).to(g.dtype).expand_as(g).clone()
-                for name, g in grads.items()}
-        learner.sgd_step(mean)
+        learner.sgd_step(learner.mean_by_samples(grads, batches))

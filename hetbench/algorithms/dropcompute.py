@@ -89,6 +89,22 @@ def choose_threshold(ends_s: np.ndarray, comm_s: np.ndarray) -> float:
     return best
 
 
+@torch.no_grad()
+def average_by_samples_(ctx, grad_buckets, samples: float, total: float) -> None:
+    """Every worker's p.grad (the mean over its own `samples`) becomes the gradient over every
+    sample computed anywhere (`total`, summed over the workers): one all-reduce per bucket of
+    gradients times samples, divided by the total. The sample-weighted average of every
+    algorithm whose workers compute unequal amounts (DropCompute, batch-balance)."""
+    for bucket in grad_buckets:
+        grads = [p.grad for p in bucket]
+        flat = _flatten_dense_tensors(grads).mul_(samples)
+        ctx.comm.all_reduce_(flat, ReduceOp.SUM, ctx.worker_ranks)
+        flat.div_(total)
+        # Each gradient becomes its view of the averaged bucket (as allreduce.py's step).
+        for param, averaged in zip(bucket, _unflatten_dense_tensors(flat, grads), strict=True):
+            param.grad = averaged
+
+
 class DropCompute(Algorithm):
     name = "dropcompute"
     description = ("DropCompute: each worker stops computing micro-batches at a time threshold, "
@@ -159,16 +175,7 @@ class DropCompute(Algorithm):
         started_s = time.perf_counter()
         total = torch.tensor([used], dtype=torch.float64, device=ctx.device)
         ctx.comm.all_reduce_(total, ReduceOp.SUM, ctx.worker_ranks)
-        for bucket in self._buckets:
-            grads = [p.grad for p in bucket]
-            # Each worker's mean gradient times its samples: their sum over workers is the
-            # gradient summed over every sample computed anywhere.
-            flat = _flatten_dense_tensors(grads).mul_(used)
-            ctx.comm.all_reduce_(flat, ReduceOp.SUM, ctx.worker_ranks)
-            flat.div_(total.item())
-            for param, averaged in zip(bucket, _unflatten_dense_tensors(flat, grads),
-                                       strict=True):
-                param.grad = averaged
+        average_by_samples_(ctx, self._buckets, used, total.item())
         if self._calibrating:  # the last worker to arrive waited for nobody: its is the cost
             self._calibration[-1].append(time.perf_counter() - started_s)
         optimizer.step()
@@ -281,9 +288,4 @@ class DropComputeSim(Protocol):
         worker's optimizer step with it."""
         sizes = split_batch(learner.batch_size, self.config.micro_batches)
         used = [sum(sizes[:m]) for m in self.computed.pop(k)]
-        grads = learner.gradients(samples=used)
-        weights = torch.tensor(used, dtype=torch.float64)
-        mean = {name: (g.double() * weights.view(-1, *[1] * (g.dim() - 1))).sum(0, keepdim=True)
-                .div(weights.sum()).to(g.dtype).expand_as(g).clone()
-                for name, g in grads.items()}
-        learner.sgd_step(mean)
+        learner.sgd_step(learner.mean_by_samples(learner.gradients(samples=used), used))

@@ -289,6 +289,16 @@ class Learner:
         average)."""
         return {name: t.mean(0, keepdim=True).expand_as(t).clone() for name, t in tensors.items()}
 
+    @staticmethod
+    def mean_by_samples(tensors: dict[str, torch.Tensor], samples) -> dict[str, torch.Tensor]:
+        """Each tensor replaced, on every worker, by its mean over the workers weighted by
+        `samples` (one count per worker): of per-worker mean gradients, the gradient over every
+        sample computed anywhere (a sample-weighted all-reduce: DropCompute, batch-balance)."""
+        weights = torch.tensor(list(samples), dtype=torch.float64)
+        return {name: (t.double() * weights.view(-1, *[1] * (t.dim() - 1))).sum(0, keepdim=True)
+                .div(weights.sum()).to(t.dtype).expand_as(t).clone()
+                for name, t in tensors.items()}
+
     def average_models(self) -> None:
         """Every worker's model becomes the workers' mean model."""
         self.params = self.mean_over_workers(self.params)
