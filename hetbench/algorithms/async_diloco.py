@@ -69,6 +69,7 @@ from dataclasses import dataclass
 
 import torch
 
+from hetbench.algorithms.diloco import check_outer_options
 from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.options import opt
 from hetbench.core.tensors import flat_params, set_flat_params
@@ -181,13 +182,7 @@ class AsyncDiLoCo(Algorithm):
 
     @classmethod
     def validate(cls, config, workers):
-        if config.inner_steps < 1:
-            raise UserError(f"async-diloco: inner_steps must be >= 1, got {config.inner_steps}")
-        if config.outer_lr <= 0:
-            raise UserError(f"async-diloco: outer_lr must be > 0, got {config.outer_lr}")
-        if not 0 <= config.outer_momentum < 1:
-            raise UserError(f"async-diloco: outer_momentum must be in [0, 1), got "
-                            f"{config.outer_momentum}")
+        check_outer_options("async-diloco", config)
         if config.dn_period < 1:
             raise UserError(f"async-diloco: dn_period must be >= 1, got {config.dn_period}")
 

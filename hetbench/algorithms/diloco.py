@@ -35,6 +35,18 @@ class DiLoCoOptions:
     outer_momentum: float = opt(0.9, "outer Nesterov momentum (the paper's 0.9)")
 
 
+def check_outer_options(name: str, config) -> None:
+    """The options DiLoCo and async DiLoCo share (inner_steps, outer_lr, outer_momentum):
+    UserError (one line naming `name`) unless each is in range."""
+    if config.inner_steps < 1:
+        raise UserError(f"{name}: inner_steps must be >= 1, got {config.inner_steps}")
+    if config.outer_lr <= 0:
+        raise UserError(f"{name}: outer_lr must be > 0, got {config.outer_lr}")
+    if not 0 <= config.outer_momentum < 1:
+        raise UserError(f"{name}: outer_momentum must be in [0, 1), got "
+                        f"{config.outer_momentum}")
+
+
 def outer_optimizer(outer: torch.Tensor, config: DiLoCoOptions) -> torch.optim.Optimizer:
     """The paper's outer optimizer on the flat outer model (a leaf tensor)."""
     return torch.optim.SGD([outer], lr=config.outer_lr, momentum=config.outer_momentum,
@@ -58,13 +70,7 @@ class DiLoCo(Algorithm):
 
     @classmethod
     def validate(cls, config, workers):
-        if config.inner_steps < 1:
-            raise UserError(f"diloco: inner_steps must be >= 1, got {config.inner_steps}")
-        if config.outer_lr <= 0:
-            raise UserError(f"diloco: outer_lr must be > 0, got {config.outer_lr}")
-        if not 0 <= config.outer_momentum < 1:
-            raise UserError(f"diloco: outer_momentum must be in [0, 1), got "
-                            f"{config.outer_momentum}")
+        check_outer_options("diloco", config)
 
     fact_units = {"outer_steps": "outer steps"}
 
