@@ -16,8 +16,9 @@ The real half of an algorithm
   harness runs one batch itself (as fast as a plain loop). An algorithm that changes how much
   a worker computes (DropCompute, a batch balancer) overrides it and takes micro-batches from
   `work` (a `Work`): `work.compute(n)` (forward and backward over the next n samples, their
-  gradient added; returns its seconds), `work.skip(n)` (drop n samples uncomputed),
-  `work.elapsed_s` (this iteration's compute so far: its own clock), `work.samples`,
+  gradient added), `work.skip(n)` (drop n samples uncomputed), `work.elapsed_s` (this
+  iteration's compute so far: its own clock; on a GPU reading it waits for the queued
+  micro-batches, so read it where a decision needs it), `work.samples`,
   `work.micro_batches`, `work.batch_size`. The pace floor and the injected slowdown apply
   per micro-batch, in proportion to its samples; `p.grad` is then the mean over the samples
   used, and the step's event counts them (`StepInfo.samples` may say otherwise).

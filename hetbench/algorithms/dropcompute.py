@@ -100,16 +100,22 @@ def choose_threshold(ends_s: np.ndarray, comm_s: np.ndarray) -> float:
 
 
 @torch.no_grad()
-def average_by_samples_(ctx, grad_buckets, samples: float, total: float) -> None:
+def average_by_samples_(ctx, grad_buckets, samples: float, total: float | None = None) -> None:
     """Every worker's p.grad (the mean over its own `samples`) becomes the gradient over every
     sample computed anywhere (`total`, summed over the workers): one all-reduce per bucket of
     gradients times samples, divided by the total. The sample-weighted average of every
-    algorithm whose workers compute unequal amounts (DropCompute, batch-balance)."""
+    algorithm whose workers compute unequal amounts (DropCompute, batch-balance). With `total`
+    unknown, each worker's count rides in the first bucket's all-reduce: no collective of its
+    own, and on a GPU no read of the total by the host (which would drain the stream)."""
+    divisor = None if total is None else float(total)
     for bucket in grad_buckets:
         grads = [p.grad for p in bucket]
-        flat = _flatten_dense_tensors(grads).mul_(samples)
+        carried = grads if divisor is not None else [*grads, grads[0].new_ones(1)]
+        flat = _flatten_dense_tensors(carried).mul_(samples)
         ctx.comm.all_reduce_(flat, ReduceOp.SUM, ctx.worker_ranks)
-        flat.div_(total)
+        if divisor is None:  # the total, read on the device (a copy: flat is divided next)
+            divisor, flat = flat[-1:].clone(), flat[:-1]
+        flat.div_(divisor)
         # Each gradient becomes its view of the averaged bucket (as allreduce.py's step).
         for param, averaged in zip(bucket, _unflatten_dense_tensors(flat, grads), strict=True):
             param.grad = averaged
@@ -168,14 +174,19 @@ class DropCompute(Algorithm):
                 raise UserError(f"dropcompute micro_batches = {self.config.micro_batches} is "
                                 f"more than the batch of {work.batch_size} samples")
             self._sizes = split_batch(work.batch_size, self.config.micro_batches)
+        # Without a threshold to meet or one to choose, nothing reads the clock (on a GPU a
+        # read waits for the queued micro-batches).
+        timed = self._calibrating or not math.isinf(self.threshold_s)
         ends = []
         for j, size in enumerate(self._sizes):
             work.compute(size)
+            if not timed:
+                continue
             ends.append(work.elapsed_s)
             if not keep_computing(ends[-1], self.threshold_s):
                 work.skip(sum(self._sizes[j + 1:]))  # dropped: never computed, never reused
                 break
-        self._computed = len(ends)
+        self._computed = work.micro_batches
         if self._calibrating:
             self._calibration.append(ends)
 
@@ -183,9 +194,7 @@ class DropCompute(Algorithm):
     def step(self, ctx, model, optimizer):
         used = float(sum(self._sizes[:self._computed])) if self._sizes else 0.0
         started_s = time.perf_counter()
-        total = torch.tensor([used], dtype=torch.float64, device=ctx.device)
-        ctx.comm.all_reduce_(total, ReduceOp.SUM, ctx.worker_ranks)
-        average_by_samples_(ctx, self._buckets, used, total.item())
+        average_by_samples_(ctx, self._buckets, used)
         if self._calibrating:  # the last worker to arrive waited for nobody: its is the cost
             self._calibration[-1].append(time.perf_counter() - started_s)
         optimizer.step()

@@ -176,8 +176,9 @@ class Algorithm(ABC):
         itself, as fast as a plain training loop. An algorithm that changes how much a worker
         computes overrides it and takes its work from `work` (harness/work.py): `work.compute(n)`
         runs forward and backward over the next n samples of the worker's stream (a
-        micro-batch) and returns its seconds, `work.skip(n)` drops n samples, `work.elapsed_s`
-        is this iteration's compute so far and `work.samples` the samples used. The pace floor
+        micro-batch), `work.skip(n)` drops n samples, `work.elapsed_s` is this iteration's
+        compute so far (on a GPU, reading it waits for the queued micro-batches: read it only
+        where a decision needs it) and `work.samples` the samples used. The pace floor
         and the injected slowdown apply to each micro-batch in proportion to its samples: a
         worker slowed k times takes k times as long on every micro-batch it computes, and
         computing all of a batch costs what one batch does, so cutting work cuts the delay.

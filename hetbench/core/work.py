@@ -17,11 +17,12 @@ class Work(ABC):
     batch_size: int
 
     @abstractmethod
-    def compute(self, samples: int | None = None) -> float:
+    def compute(self, samples: int | None = None) -> None:
         """Forward and backward over the next `samples` samples of this worker's stream (the
         batch size by default): one micro-batch, its gradient added to what this iteration
         computed so far. The pace floor and the injected slowdown apply to it in proportion to
-        its samples. Returns its seconds (compute, floor and slowdown: what it took)."""
+        its samples. Its time is read from `elapsed_s`: on a GPU the micro-batch may still be
+        queued when this returns, and only reading the clock waits for it."""
 
     @abstractmethod
     def skip(self, samples: int) -> None:
@@ -32,7 +33,9 @@ class Work(ABC):
     @abstractmethod
     def elapsed_s(self) -> float:
         """Seconds of this iteration's compute so far, floor and slowdown included, in the
-        run's time (cluster seconds under a network model): what a worker's own clock says."""
+        run's time (cluster seconds under a network model): what a worker's own clock says.
+        On a GPU, reading it waits for the micro-batches queued so far (the stream drains
+        there), so an algorithm reads it only where a decision needs it."""
 
     @property
     @abstractmethod

@@ -29,8 +29,10 @@ parts per million).
 An algorithm that owns its compute (Algorithm.compute, harness/work.py) takes it a micro-batch
 at a time: each one ends with `micro_batch`, which pads it to its share of the pace floor and
 sleeps its share of the slowdown, so a straggler that stops early stops its delay too; the
-iteration's compute ends at `end_micro_batches`. Such an algorithm reads its own time after
-each micro-batch, so on CUDA each one waits for the stream there.
+iteration's compute ends at `end_micro_batches`. On CUDA a micro-batch waits for its own end
+event only when its time is needed at once: for its floor or its sleep, or when the algorithm
+reads its clock (`wait_micro_batches`, Work.elapsed_s); otherwise the iteration's compute is
+placed by events, as the one-batch path's.
 
 Times recorded follow the synchronizing definition exactly: an iteration starts when the host
 begins it or the stream finishes earlier work, whichever is later; compute ends when the host
@@ -129,7 +131,9 @@ class ComputeEnd:
     def begin(self, iteration: int, elapsed_s: float) -> None:
         self._iteration, self._elapsed_s = iteration, elapsed_s
         self._factor: float | None = None
-        self._micro_compute_s = self._micro_slowdown_s = 0.0
+        self._micro_slowdown_s = 0.0
+        #: On CUDA, the end event of micro-batches queued and not yet waited for.
+        self._unread = None
         host_ns = now_ns()
         event = None if self.clock is None else self.clock.mark(host_ns, renew=True)
         self._marks = _Marks(host_ns, event)
@@ -166,15 +170,27 @@ class ComputeEnd:
         #: When communication may start; the slowdown is what lies between compute and this.
         marks.host_sync_ns = now_ns()
 
-    def micro_batch(self, started_ns: int, share: float) -> float:
-        """One micro-batch of an algorithm's own compute, begun at `started_ns` (host clock),
-        `share` of a batch, has been computed: pad it to that share of the pace floor, then
-        sleep its slowdown ((k - 1) x its padded compute). Returns its host seconds."""
+    def micro_batch_begin(self) -> tuple[int, object]:
+        """A micro-batch of the algorithm's own compute begins: the host's clock, and on CUDA
+        an event on the stream (the micro-batch may queue behind earlier work)."""
+        host_ns = now_ns()
+        return host_ns, None if self.clock is None else self.clock.mark(host_ns)
+
+    def micro_batch(self, begun: tuple[int, object], share: float) -> None:
+        """One micro-batch of an algorithm's own compute, `begun` by micro_batch_begin, `share`
+        of a batch, has been queued or computed: pad it to that share of the pace floor, then
+        sleep its slowdown ((k - 1) x its padded compute)."""
         if self._factor is None:  # one draw an iteration, as the one-batch path's
             self._factor = self._injector.factor(self._rank, self._iteration, self._elapsed_s)
-        if self.clock is not None:  # the algorithm reads its time now
-            torch.cuda.current_stream(self.clock.device).synchronize()
-        compute_s = (now_ns() - started_ns) / 1e9
+        host_ns, start_event = begun
+        if self.clock is not None:
+            end_event = self.clock.mark(now_ns())
+            if self._pace_s <= 0 and self._factor == 1.0:
+                self._unread = end_event  # nothing needs its time now
+                return
+            end_event.synchronize()  # its own compute, not the device
+            host_ns = max(host_ns, self.clock.host_ns(start_event, self._anchor))
+        compute_s = (now_ns() - host_ns) / 1e9
         floor_s = self._pace_s * share
         if compute_s < floor_s:
             time.sleep(floor_s - compute_s)
@@ -182,21 +198,32 @@ class ComputeEnd:
         slowdown_s = (self._factor - 1.0) * compute_s
         if slowdown_s > 0:
             time.sleep(slowdown_s)
-        self._micro_compute_s += compute_s
         self._micro_slowdown_s += slowdown_s
-        return compute_s + slowdown_s
+
+    def wait_micro_batches(self) -> None:
+        """The algorithm reads its clock: on CUDA, wait for the micro-batches queued so far."""
+        if self._unread is not None:
+            self._unread.synchronize()
+            self._unread = None
 
     def end_micro_batches(self) -> None:
         """The algorithm's own compute is over: the iteration's compute ends now. What lay
         between its micro-batches (its own decisions, drawing samples) counts as compute."""
         self._ended = True
         marks = self._marks
+        if self._unread is not None:  # queued, never waited for: placed by events later
+            self._unread = None
+            marks.compute_event = self.clock.mark(now_ns())
+            marks.host_compute_ns = now_ns()
+            return
         marks.t_start_ns = marks.host_start_ns
+        if self.clock is not None:  # waited for: every event so far has happened
+            marks.t_start_ns = max(marks.host_start_ns,
+                                   self.clock.host_ns(marks.start_event, self._anchor))
+            self.compute_waits += 1
         marks.host_sync_ns = now_ns()
         marks.slowdown_s = self._micro_slowdown_s
         marks.compute_s = (marks.host_sync_ns - marks.t_start_ns) / 1e9 - marks.slowdown_s
-        if self.clock is not None:
-            self.compute_waits += 1
 
     def step_done(self) -> PendingTimes:
         """The step returned: this iteration's times, to resolve once the device is there."""

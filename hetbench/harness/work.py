@@ -67,12 +67,12 @@ class HarnessWork(Work):
         self._samples = self._micro_batches = 0
         self._loss_sum: torch.Tensor | None = None
 
-    def compute(self, samples: int | None = None) -> float:
+    def compute(self, samples: int | None = None) -> None:
         count = self.batch_size if samples is None else int(samples)
         if count < 1:
             raise ValueError(f"a micro-batch of {samples} samples: compute at least one")
         share = count / self.batch_size
-        started_ns = now_ns()
+        begun = self._end_compute.micro_batch_begin()
         if self._stream is None:
             self._emulated_wait(self._emulated_s * share)
         else:
@@ -82,10 +82,9 @@ class HarnessWork(Work):
             (loss * share if share != 1.0 else loss).backward()
             weighted = loss.detach() * count
             self._loss_sum = weighted if self._loss_sum is None else self._loss_sum + weighted
-        seconds = self._end_compute.micro_batch(started_ns, share)
+        self._end_compute.micro_batch(begun, share)
         self._samples += count
         self._micro_batches += 1
-        return seconds / self._dilation
 
     def skip(self, samples: int) -> None:
         if samples > 0 and self._stream is not None:
@@ -93,6 +92,7 @@ class HarnessWork(Work):
 
     @property
     def elapsed_s(self) -> float:
+        self._end_compute.wait_micro_batches()  # on CUDA, what was queued has run
         return (now_ns() - self._started_ns) / 1e9 / self._dilation
 
     @property

@@ -134,13 +134,65 @@ def test_compute_time_waits_for_the_gpu():
     assert end.compute_waits == 0
 
 
-@pytest.mark.parametrize("algorithm", ["allreduce", "prague-static", "dpsgd", "sgp"])
+def _matmuls(a, times: int):
+    for _ in range(times):
+        a = (a @ a).clamp_(-1, 1)
+    return a
+
+
+@pytest.mark.parametrize("slowdown", ["none", "det:2@0"])
+def test_micro_batches_wait_for_the_gpu_only_when_their_time_is_needed(slowdown):
+    """An algorithm's own micro-batches on a real GPU: with nothing to pad or sleep, the host
+    queues them all without waiting and the iteration's compute is placed by events; a slowed
+    worker waits for each micro-batch (its sleep is (k - 1) x its compute), and the sleeps sum
+    to (k - 1) x the kernels' time."""
+    from hetbench.harness.compute_end import ComputeEnd
+    from hetbench.slowdown import parse_slowdown
+
+    device = torch.device("cuda", 0)
+    a = torch.randn(4096, 4096, device=device)
+    torch.cuda.synchronize(device)
+    end = ComputeEnd(parse_slowdown(slowdown, seed=1), rank=0, pace_s=0.0, device=device)
+    start_event, end_event = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+    end.begin(0, 0.0)
+    launched = time.time_ns()
+    start_event.record()
+    for _ in range(4):
+        begun = end.micro_batch_begin()
+        a = _matmuls(a, 12)
+        end.micro_batch(begun, 0.25)
+    end_event.record()
+    queued_s = (time.time_ns() - launched) / 1e9
+    end.end_micro_batches()
+    times = end.step_done().resolve()
+    kernels_s = start_event.elapsed_time(end_event) / 1e3
+    assert times.compute_s >= 0.95 * kernels_s, (times.compute_s, kernels_s)
+    assert times.compute_s <= 1.05 * kernels_s + 0.002, (times.compute_s, kernels_s)
+    if slowdown == "none":
+        assert queued_s < 0.5 * kernels_s, (queued_s, kernels_s)  # the host did not wait
+        assert end.compute_waits == 0 and times.slowdown_s == 0.0
+    else:
+        assert end.compute_waits == 1
+        assert times.slowdown_s == pytest.approx(kernels_s, rel=0.05, abs=0.002)
+
+
+CUDA_RUN_OPTIONS = {
+    "prague-static": {"workers_per_node": 2},
+    # Never dropping, never replanning: the same samples as the CPU run, in micro-batches
+    # whose clock is read (dropcompute) or not (batch-balance's even plan).
+    "dropcompute": {"threshold_ms": 1e9, "micro_batches": 4},
+    "batch-balance": {"replan_every": 1000},
+}
+
+
+@pytest.mark.parametrize("algorithm", ["allreduce", "prague-static", "dpsgd", "sgp",
+                                       "dropcompute", "batch-balance"])
 def test_cuda_run_matches_the_cpu_run(tmp_path, algorithm):
     workers = 2
     fields = dict(algorithm=algorithm, workload="mlp-digits", workers=workers, iterations=12,
                   warmup_iterations=2, save_models=True, seed=3)
-    if algorithm == "prague-static":
-        fields["algorithm_options"] = {"workers_per_node": 2}
+    if algorithm in CUDA_RUN_OPTIONS:
+        fields["algorithm_options"] = CUDA_RUN_OPTIONS[algorithm]
     cpu = run_config(tmp_path / "cpu", device="cpu", **fields)
     cuda = run_config(tmp_path / "cuda", device="cuda", **fields)
     assert cpu["status"] == "ok" and cuda["status"] == "ok", (cpu["cause"], cuda["cause"])
