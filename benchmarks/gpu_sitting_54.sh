@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Issue 54's sitting in one device call (~8 minutes): four parts, each with its own budget, its
+# Issue 54's sitting in one device call (~8 minutes): five parts, each with its own budget, its
 # results written as it goes, so a call cut off keeps what the finished parts measured.
-#  1. the new CUDA tests (micro-batches wait only when their time is needed; dropcompute and
-#     batch-balance on CUDA equal their CPU runs): tests/distributed/test_gpu.py -k ...
-#  2. the harness against the plain DDP loop and against the code before the CPU trims
+#  1. the harness against the plain DDP loop and against the code before the CPU trims
 #     (benchmarks/gpu_overhead_sitting.sh's setting: ResNet-18 b128, 2 ranks sharing the GPU,
 #     impl = ddp, settled, rotating order);
+#  2. the new CUDA tests (micro-batches wait only when their time is needed; dropcompute and
+#     batch-balance on CUDA equal their CPU runs): tests/distributed/test_gpu.py -k ...
 #  3. an algorithm's own micro-batches against the one-batch path (gpu_micro_batches.py);
 #  4. where Hop's step goes beside D-PSGD's (hop_split.py, the probe in benchmarks/p2p_probe).
 # Prepare here: .venv/bin/python benchmarks/overhead_variants.py --out .exp before=8cfc78a
@@ -32,23 +32,23 @@ bundle() {  # every part's small files in one archive (no model files), after ea
     tar -czf "$OUT/raw.tgz" -C "$WORK" --exclude='*.npy' --exclude='*.pt' \
         --exclude='profile.*' . 2>/dev/null
 }
-echo "== 1. CUDA tests"
-if [ "$DEVICE" = cuda ]; then
-    timeout 150 "$PYTHON" -m pytest -q -p no:cacheprovider tests/distributed/test_gpu.py \
-        -k "micro_batches or dropcompute or batch" 2>&1 | tail -15 | tee "$OUT/tests.txt"
-fi
-echo "== 2. harness overhead against the plain loop and before the trims"
-timeout 300 "$PYTHON" benchmarks/harness_overhead.py --device "$DEVICE" $QUICK_OVERHEAD \
+echo "== 1. harness overhead against the plain loop and before the trims"
+timeout 260 "$PYTHON" benchmarks/harness_overhead.py --device "$DEVICE" $QUICK_OVERHEAD \
     --impl ddp --workers 2 --pairs 12 --settle-s 2 --also before=.exp/before \
-    --budget-s "${OVERHEAD_BUDGET:-230}" --out "$WORK/overhead" --name overhead-trims \
+    --budget-s "${OVERHEAD_BUDGET:-200}" --out "$WORK/overhead" --name overhead-trims \
     2>&1 | tail -30
 cp "$WORK"/overhead/*.json "$OUT"/ 2>/dev/null; bundle
+echo "== 2. CUDA tests"
+if [ "$DEVICE" = cuda ]; then
+    timeout 120 "$PYTHON" -m pytest -q -p no:cacheprovider tests/distributed/test_gpu.py \
+        -k "micro_batches or dropcompute or batch" 2>&1 | tail -15 | tee "$OUT/tests.txt"
+fi
 echo "== 3. micro-batches against the one-batch path"
-timeout 200 "$PYTHON" benchmarks/gpu_micro_batches.py --device "$DEVICE" --out "$WORK/micro" \
-    --rounds 3 --budget-s "${MICRO_BUDGET:-100}" $QUICK_FLAG 2>&1 | tail -15
+timeout 150 "$PYTHON" benchmarks/gpu_micro_batches.py --device "$DEVICE" --out "$WORK/micro" \
+    --rounds 3 --budget-s "${MICRO_BUDGET:-90}" $QUICK_FLAG 2>&1 | tail -15
 cp "$WORK/micro/micro_batches.json" "$OUT"/ 2>/dev/null; bundle
 echo "== 4. Hop's step beside D-PSGD's"
-timeout 200 "$PYTHON" benchmarks/hop_split.py --device "$DEVICE" --out "$WORK/hop" $QUICK_HOP \
+timeout 130 "$PYTHON" benchmarks/hop_split.py --device "$DEVICE" --out "$WORK/hop" $QUICK_HOP \
     2>&1 | grep -v "^$" | tail -12
 cp "$WORK/hop/hop_split.json" "$OUT"/ 2>/dev/null; bundle
 echo "== 5. one profiled hetbench run of part 2's setting (iterations 100..129; not a timing)"
@@ -68,7 +68,7 @@ impl = "ddp"
 batch_size = 128
 synthetic = true
 TOML
-    HETBENCH_PROFILE=100:30 timeout 90 "$PYTHON" -m hetbench run "$WORK/profiled.toml" \
+    HETBENCH_PROFILE=100:30 timeout 80 "$PYTHON" -m hetbench run "$WORK/profiled.toml" \
         --out "$WORK/profiled" 2>&1 | tail -3
     cp "$WORK"/profiled/*/profile.rank0.txt "$OUT"/ 2>/dev/null
 fi
