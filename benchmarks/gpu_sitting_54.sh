@@ -51,7 +51,7 @@ echo "== 4. Hop's step beside D-PSGD's"
 timeout 130 "$PYTHON" benchmarks/hop_split.py --device "$DEVICE" --out "$WORK/hop" $QUICK_HOP \
     2>&1 | grep -v "^$" | tail -12
 cp "$WORK/hop/hop_split.json" "$OUT"/ 2>/dev/null; bundle
-echo "== 5. one profiled hetbench run of part 2's setting (iterations 100..129; not a timing)"
+echo "== 5. one profiled hetbench run of part 1's setting (iterations 100..129; not a timing)"
 if [ -z "${QUICK:-}" ]; then
     cat > "$WORK/profiled.toml" <<TOML
 name = "profiled"
