@@ -102,22 +102,45 @@ def _install():
             write("h2d", queue_ms=(at_ns - queued) / 1e6, gpu_ms=before.elapsed_time(after),
                   copy_thread=thread)
 
-    def timed_outgoing(self, tensor):
-        started = time.perf_counter()
-        buffer = outgoing(self, tensor)
-        write("d2h", host_ms=(time.perf_counter() - started) * 1e3, n=tensor.numel())
+    take = staging.HostStaging._take
+
+    def timed_take(self, numel, dtype):
+        started, allocated = time.perf_counter(), self.allocated
+        buffer = take(self, numel, dtype)
+        self._probe_take = ((time.perf_counter() - started) * 1e3, self.allocated - allocated)
         return buffer
 
-    def timed_deliver(self, buffer, tensor):
-        if not (self._cuda and tensor.device.type == "cuda"):
-            return deliver(self, buffer, tensor)
-        stream = torch.cuda.current_stream(self.device)
+    def set_anchor(stream):
         with lock:
             if not anchor:
                 event = torch.cuda.Event(enable_timing=True)
                 event.record(stream)
                 event.synchronize()
                 anchor.update(event=event, ns=time.time_ns())
+
+    def on_host_ms(event, since_ns):
+        return (anchor["ns"] + anchor["event"].elapsed_time(event) * 1e6 - since_ns) / 1e6
+
+    def timed_outgoing(self, tensor):
+        started, started_ns = time.perf_counter(), time.time_ns()
+        caller = None
+        if self._cuda and tensor.device.type == "cuda":
+            stream = torch.cuda.current_stream(self.device)
+            set_anchor(stream)
+            caller = torch.cuda.Event(enable_timing=True)
+            caller.record(stream)  # the caller's queue as the copy waits for it
+        buffer = outgoing(self, tensor)
+        take_ms, grew = getattr(self, "_probe_take", (None, None))
+        write("d2h", host_ms=(time.perf_counter() - started) * 1e3, n=tensor.numel(),
+              take_ms=take_ms, allocated_now=grew, pool=self.allocated,
+              caller_ready_ms=None if caller is None else on_host_ms(caller, started_ns))
+        return buffer
+
+    def timed_deliver(self, buffer, tensor):
+        if not (self._cuda and tensor.device.type == "cuda"):
+            return deliver(self, buffer, tensor)
+        stream = torch.cuda.current_stream(self.device)
+        set_anchor(stream)
         before, after = (torch.cuda.Event(enable_timing=True) for _ in range(2))
         queued = time.time_ns()
         before.record(stream)
@@ -129,6 +152,7 @@ def _install():
         return result
 
     staging.HostStaging.outgoing, staging.HostStaging.deliver = timed_outgoing, timed_deliver
+    staging.HostStaging._take = timed_take
 
     # -- the steps ------------------------------------------------------------------------
     def timed(cls, name, kind):
