@@ -14,6 +14,10 @@ at 0.30x All-Reduce there, sending 1.3x its bytes). So:
 - an incoming copy to the device is queued on the caller's stream without waiting (a pinned
   source makes it asynchronous); the buffer is reused only once the copy is done.
 
+An isend's buffer returns once its Work says it completed, and gloo says so only once the
+Work is waited: an algorithm waits every isend (Hop waits its own on a thread of its own), or
+each send pins a new buffer.
+
 On a CPU world (tests force staging there) the same code runs with plain, unpinned buffers and
 no streams, so the pool's bookkeeping is tested without a GPU.
 """

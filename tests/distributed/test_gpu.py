@@ -150,7 +150,7 @@ def test_micro_batches_wait_for_the_gpu_only_when_their_time_is_needed(slowdown)
     from hetbench.slowdown import parse_slowdown
 
     device = torch.device("cuda", 0)
-    a = torch.randn(4096, 4096, device=device)
+    a = _matmuls(torch.randn(4096, 4096, device=device), 2)  # cuBLAS set up before the clock
     torch.cuda.synchronize(device)
     end = ComputeEnd(parse_slowdown(slowdown, seed=1), rank=0, pace_s=0.0, device=device)
     start_event, end_event = (torch.cuda.Event(enable_timing=True) for _ in range(2))
