@@ -246,10 +246,11 @@ class Hop(Algorithm):
         its pinned host buffer) is let go once sent. gloo marks a send complete only when it
         is waited: never waited, every message stayed alive and each send pinned a new host
         buffer (issue 54: 2 x 44.7 MB a step, ~80 ms each to pin, on ResNet-18). The main
-        thread does not wait for its sends: the protocol does not."""
+        thread does not wait for its sends, as the protocol does not; nor does this thread wait
+        for an emulated network's modeled send (Work.let_go)."""
         try:
             while (posted := self._posted.get()) is not None:
-                posted[0].wait()
+                posted[0].let_go()
         except BaseException as exc:  # handed to the main thread, which raises it
             with self._cond:
                 self._error = exc

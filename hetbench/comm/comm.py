@@ -97,7 +97,9 @@ class Comm:
     - point to point: `send`/`recv`/`isend`/`irecv` (recv from any sender with src=None, on
       gloo), or a `channel(name)` made in setup for a serving thread, used through the `*_on`
       forms (`recv_head_on` also returns a message's header, read without waiting for the
-      device); `rpc(peer, call)` for a request to a service on a peer's node.
+      device); `rpc(peer, call)` for a request to a service on a peer's node. Every isend's
+      work is waited: `wait()` where the protocol waits for it, or `let_go()` (the real send
+      only) where it never does; gloo lets a sent message go only then.
 
     Every call is bounded by the run's timeout (a dead peer is an exception, not a hang), and
     the harness records, per step, the ranks the calls met and the seconds point-to-point ones
@@ -412,7 +414,8 @@ class Comm:
                                                   self._stream(group, tag))
             network = self.network
             work = _Modeled(dist.isend(message, dst=dst, group=group, tag=tag), lambda: out,
-                            lambda since: network.send_end(posted, out))
+                            lambda since: network.send_end(posted, out),
+                            lambda: network.send_end(posted, out, wait=False))
         if message is not tensor:
             self.staging.give_back(message, work.is_completed)
         return work
@@ -559,14 +562,27 @@ class _ThenOnce:
     def is_completed(self) -> bool:
         return self._work.is_completed()
 
+    def let_go(self) -> None:
+        self.wait()
+
 
 class _Modeled(_ThenOnce):
     """A torch Work whose wait() also waits for the emulated network (once): `due()` is the
-    modeled end on the emulator's clock (time.monotonic), `finish(since)` waits for it."""
+    modeled end on the emulator's clock (time.monotonic), `finish(since)` waits for it;
+    let_go() waits for the real send only and counts the modeled one with `record()`."""
 
-    def __init__(self, work, due, finish):
+    def __init__(self, work, due, finish, record=None):
         super().__init__(work, finish)
-        self._due = due
+        self._due, self._record = due, record
+
+    def let_go(self) -> None:
+        if self._record is None:
+            self.wait()
+            return
+        self._work.wait()
+        if self._then is not None:
+            self._then = None
+            self._record()
 
     def is_completed(self) -> bool:
         """Whether wait() would return at once: the real operation is done and so is the
@@ -590,3 +606,14 @@ class _Timed:
 
     def is_completed(self) -> bool:
         return self._work.is_completed()
+
+    def let_go(self) -> None:
+        """For a sender that never waits for its sends (its protocol does not): wait for the
+        real send only, so that its message (and its staged buffer) can go (gloo marks a send
+        complete only once waited), without the modeled network's wait and without counting
+        it as this step's blocking."""
+        let_go = getattr(self._work, "let_go", None)
+        if let_go is None:
+            self._work.wait()
+        else:
+            let_go()

@@ -148,12 +148,16 @@ class Emulator:
         self.state.post(self.rank, dst, key, seq, now, out + transfer.latency_s * self.k)
         return now, out
 
-    def send_end(self, posted: float, out: float) -> None:
+    def send_end(self, posted: float, out: float, wait: bool = True) -> None:
         """After the real send: wait until the modeled bytes are out. A real send may finish
         late because its receiver was not ready (gloo hands large messages over only to a
         posted receive: AD-PSGD's passive peer busy with another request, a straggler), which
         is the protocol's waiting, not the host's: so a send counts only its own wait's
-        overshoot, and each transfer's lateness is counted once, at its receive."""
+        overshoot, and each transfer's lateness is counted once, at its receive. Without
+        `wait` (a send nobody waits for, let go: Work.let_go), it is only counted."""
+        if not wait:
+            self.fidelity.add(out - posted, 0.0, "send")
+            return
         self._until(out, out - posted, "send", since=float("inf"))
 
     def recv_ticket(self, src: int, key: int) -> int:
