@@ -49,14 +49,17 @@ workers_per_node = 2
 group_size = 2
 """
 
-#: The half-minute cases, one of them a day, in turn (each within eleven days): the three chaos
-#: suites (tests/distributed/test_chaos.py), and the multi-host suites' cases: how runs start
-#: across hosts (torchrun and mpirun through the bed's agent, a SLURM cluster, torchrun through
-#: ssh), a host whose clock is 50 ms ahead (comm/clock.py's own tests run every day), and the
-#: three host faults (tests/distributed/test_multihost_faults.py).
+#: The half-minute cases, one of them a day, in turn (each within seventeen days): the three
+#: chaos suites (tests/distributed/test_chaos.py), and the multi-host suites' cases: how runs
+#: start across hosts (torchrun and mpirun through the bed's agent, a SLURM cluster, torchrun
+#: through ssh), a host whose clock is 50 ms ahead (comm/clock.py's own tests run every day),
+#: and the three host faults under torchrun, mpirun and SLURM
+#: (tests/distributed/test_multihost_faults.py).
 HALF_MINUTE_CASES = ["test_chaos", "torchrun", "link_down", "test_chaos_launcher_deaths", "mpi",
                      "host_killed", "slurm", "test_chaos_on_the_results_directory", "ssh",
-                     "services_host_lost", "clock"]
+                     "services_host_lost", "clock", "mpi:link_down", "slurm:host_killed",
+                     "mpi:services_host_lost", "slurm:link_down", "mpi:host_killed",
+                     "slurm:services_host_lost"]
 
 
 #: The quarter-minute cases of the one-host suites (8-22 s each on a 2-core machine, the

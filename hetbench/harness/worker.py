@@ -57,6 +57,7 @@ from hetbench.harness.evaluation import (
     evaluate,
     note,
 )
+from hetbench.harness.launch.hostwatch import publish_rank_probe
 from hetbench.harness.profiling import LoopProfiler, part
 from hetbench.harness.step_lines import StepLines, loss_for_line
 from hetbench.harness.work import HarnessWork, SampleStream
@@ -420,6 +421,8 @@ def main(argv: list[str] | None = None) -> None:
             if os.environ.get(LAUNCHER_PID_ENV):  # started by `bench run`, not by hand
                 exit_with(int(os.environ[LAUNCHER_PID_ENV]))
         note(rank, started_line(os.getpid(), socket.gethostname(), config.launcher))
+        if config.launcher in ("mpi", "slurm"):  # no process of bench's on this host: the
+            publish_rank_probe(args.run_dir, rank)  # rank answers its probes (hostwatch.py)
         progress.phase = "rendezvous"
         rdzv = _join(config, args)
         rank = rdzv.rank

@@ -5,6 +5,7 @@ local.py     one subprocess per rank on this machine (forked from a server holdi
 external.py  torchrun and mpirun, on one machine or prepared for several
 slurm.py     one SLURM job per run through submitit (an optional extra)
 failures.py  the one-line cause of a failed run, from what its ranks left
+hostwatch.py whether each host of a run across hosts is still there (probed once a second)
 """
 
 from __future__ import annotations

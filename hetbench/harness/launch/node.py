@@ -31,6 +31,7 @@ from pathlib import Path
 from hetbench.comm.interfaces import choose_interface
 from hetbench.core.signals import LAUNCHER_PID_ENV
 from hetbench.errors import UserError
+from hetbench.harness.launch.hostwatch import answer_probes
 from hetbench.harness.launch.multihost import PORT_LINE, PROBE_LINE
 from hetbench.harness.launch.processes import stop_job
 
@@ -48,12 +49,6 @@ def torchrun_command(args: argparse.Namespace, port: int, local_addr: str | None
         "--max-restarts", "0", "--monitor-interval", "0.5",
         "-m", "hetbench.harness.worker", "--run-dir", str(args.run_dir),
     ]
-
-
-def _answer_probes(listener: socket.socket) -> None:
-    while True:
-        connection, _ = listener.accept()
-        connection.close()
 
 
 def free_port(address: str | None) -> int:
@@ -91,9 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError("a node other than the rendezvous host's needs --port")
         # bench probes this host through it (multihost.py): a host it cannot connect to is
         # lost (its link is down, or it is gone), however its ranks fail afterwards.
-        listener = socket.create_server((local_addr or "", 0))
-        threading.Thread(target=_answer_probes, args=(listener,), daemon=True).start()
-        print(f"{PROBE_LINE}{listener.getsockname()[1]}", flush=True)
+        print(f"{PROBE_LINE}{answer_probes(local_addr)}", flush=True)
     except UserError as exc:
         if args.debug:
             raise

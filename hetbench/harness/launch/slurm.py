@@ -19,6 +19,7 @@ A matrix's `[slurm]` table sets the job (none of it is part of the run's id):
     cpus_per_task = 4
     gpus_per_node = 0
     account = "my-account"
+    exclude = "node7,node9"   # nodes the job must not use (sbatch --exclude)
     setup = ["module load cuda"]   # shell lines before each task
     cluster = "slurm"         # "local": submitit's local executor, the same job on this machine
 
@@ -38,16 +39,18 @@ from typing import Any
 
 from hetbench.core.config import RunConfig
 from hetbench.core.plugins import PLUGINS_ENV
+from hetbench.core.record import rank_hosts
 from hetbench.errors import UserError
 from hetbench.harness.launch.base import POLL_S, Progress, record_run
-from hetbench.harness.launch.external import STARTUP_S, finished_ranks
+from hetbench.harness.launch.external import STARTUP_S, finished_ranks, reported_ranks
 from hetbench.harness.launch.failures import failure_cause
+from hetbench.harness.launch.hostwatch import HostWatch, rank_probe_ports
 
 #: The `[slurm]` table's keys, their types and defaults.
 OPTIONS: dict[str, tuple[type, Any]] = {
     "cluster": (str, "slurm"), "nodes": (int, 1), "partition": (str, ""),
     "timeout_min": (int, 60), "cpus_per_task": (int, 1), "gpus_per_node": (int, 0),
-    "account": (str, ""), "setup": (list, []),
+    "account": (str, ""), "exclude": (str, ""), "setup": (list, []),
 }
 CLUSTERS = ("slurm", "local")
 #: Why a pending job will never start (squeue's reason): its request exceeds what the
@@ -170,7 +173,7 @@ class SlurmLauncher:
                 parameters["slurm_additional_parameters"] = {"ntasks": config.world_size}
             if o["gpus_per_node"]:
                 parameters["gpus_per_node"] = o["gpus_per_node"]
-            for key in ("partition", "account"):
+            for key in ("partition", "account", "exclude"):
                 if o[key]:
                     parameters[f"slurm_{key}"] = o[key]
             if o["setup"]:
@@ -180,10 +183,28 @@ class SlurmLauncher:
 
     def _watch(self, config: RunConfig, run_dir: Path, job) -> str | None:
         """Wait for the job; the failure cause, or None when every rank finished."""
+        # The nodes' ranks answer probes (hostwatch.py): a node lost fails the run at once,
+        # named, instead of after SLURM's own SlurmdTimeout (300 s by default).
+        watch = (HostWatch(rank_probe_ports(run_dir, config.world_size), gone="its ranks")
+                 if self.options["cluster"] == "slurm" else None)
+        try:
+            if watch is not None:
+                watch.start()
+            return self._wait(config, run_dir, job, watch)
+        finally:
+            if watch is not None:
+                watch.stop()
+
+    def _wait(self, config: RunConfig, run_dir: Path, job, watch) -> str | None:
         stall_limit_s = config.host_timeout_s + 15
         progress = Progress(config, run_dir, self.on_progress)
         running_since, asked = None, 0.0
         while not job.done():
+            if watch is not None and watch.lost:
+                job.cancel(check=False)
+                return (watch.cause(rank_hosts(run_dir, config.world_size),
+                                    reported_ranks(run_dir, config.world_size))
+                        + f" (SLURM job {job.job_id} cancelled)")
             # A queued job is not stalled: the backstop counts from the job's start.
             if running_since is None and job.state not in ("PENDING", "UNKNOWN", "REQUEUED"):
                 running_since = time.time()
