@@ -271,11 +271,13 @@ class MpiLauncher(ExternalLauncher):
         return {r: c for r, c in codes.items() if r < world_size}
 
     def lost_host(self, log: str) -> str | None:
-        # PRRTE, when a daemon's connection drops (its host's processes killed):
+        # PRRTE, when a daemon's connection drops (its host's processes killed), one of:
         #   "A daemon failed to report back after being spawned. ... Remote host: h2"
-        #   "PRTE has lost communication with a remote daemon. ... Remote host: h2"
-        if "daemon" in log and (found := re.search(r"Remote host:\s+(\S+)", log)):
-            return found.group(1)
+        #   "PRTE has lost communication with a remote daemon. ...
+        #    Remote daemon: [prterun-h1-14549@0,1] on node h2"
+        for pattern in (r"Remote daemon:\s*\[[^\]]*\] on node (\S+)", r"Remote host:\s+(\S+)"):
+            if "daemon" in log and (found := re.search(pattern, log)):
+                return found.group(1)
         return None
 
 
