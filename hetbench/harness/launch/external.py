@@ -131,7 +131,8 @@ class ExternalLauncher:
                 if error := job.node_error(host):  # a node refused to start: its own words
                     return error
         ranks_on = rank_hosts(run_dir, config.world_size)
-        if cause := job.host_cause(ranks_on, reported_ranks(run_dir, config.world_size)):
+        reported = reported_ranks(run_dir, config.world_size)
+        if cause := job.host_cause(ranks_on, reported):
             return cause
         log = job.log_text()
         if host := self.lost_host(log):
@@ -143,8 +144,7 @@ class ExternalLauncher:
         # the analysis they were running (a hung rank among them is then named as hung).
         codes.update({r: None if c == -signal.SIGTERM else c
                       for r, c in self.exit_codes(log, config.world_size).items()})
-        if not any(c not in (None, 0) for c in codes.values()) and not any(
-                (run_dir / f"error.rank{r}.json").exists() for r in codes):
+        if not any(c not in (None, 0) for c in codes.values()) and not reported:
             # Neither the tool nor a rank said what went wrong: the tool's own last words.
             tail = " | ".join(line.strip() for line in log.splitlines()[-3:] if line.strip())
             return f"{self.name} exited with code {code} (see {job.log_name}): {tail}"[:500]
@@ -335,9 +335,8 @@ def summarize_run_dir(run_dir: Path) -> dict[str, Any]:
         raise UserError(f"{run_dir} holds no config.json; is it a run directory?")
     config = RunConfig.from_dict(read_json(run_dir / "config.json"))
     done = finished_ranks(run_dir, config.world_size)
-    errors = [r for r in range(config.world_size) if (run_dir / f"error.rank{r}.json").exists()]
     cause = None
-    if errors:
+    if reported_ranks(run_dir, config.world_size):
         cause = failure_cause(run_dir, {r: (0 if r in done else None)
                                         for r in range(config.world_size)})
     elif len(done) < config.world_size:

@@ -231,8 +231,7 @@ class SlurmLauncher:
             codes = dict(enumerate(job.results()))
         except Exception as exc:  # a task that died, timed out or was cancelled
             codes = {}
-            if not any((run_dir / f"error.rank{r}.json").exists()
-                       for r in range(config.world_size)):
+            if not reported_ranks(run_dir, config.world_size):
                 last = str(exc).strip().splitlines()[-1:] or [""]
                 return (f"SLURM job {job.job_id} ended {job.state} before every rank finished: "
                         f"{type(exc).__name__}: {last[0]}"[:500])
