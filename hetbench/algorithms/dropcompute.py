@@ -79,14 +79,23 @@ def choose_threshold(ends_s: np.ndarray, comm_s: np.ndarray) -> float:
     iteration's all-reduce itself took. Each candidate (the recorded ends, up to
     MAX_CANDIDATES of them, and inf: drop nothing) is scored by the micro-batches computed per
     second over those iterations, an iteration lasting until its slowest worker stopped plus
-    its all-reduce; the best one wins (the largest among equals: nothing is dropped for no
-    gain). The stops are micro_batches_within's, for every worker and iteration at once."""
+    its all-reduce. The stops are micro_batches_within's, for every worker and iteration at
+    once.
+
+    The best candidate c stops the same micro-batches as every tau between the candidate
+    below it and c (and so do the equally scoring candidates next to it, which stop the
+    same ones): tau is the middle of that span, not its top. The top is a recorded end
+    itself, and where compute is quantized (a pace floor, a constant factor) later
+    iterations' same micro-batch ends a hair before or after it, so a tau there would stop
+    it in some iterations and not others. inf, where it scores best or ties the top of the
+    best span, drops nothing."""
     ends_s = np.asarray(ends_s, dtype=np.float64)
     m = ends_s.shape[2]
     candidates = np.unique(ends_s)
     if len(candidates) > MAX_CANDIDATES:
         candidates = candidates[np.linspace(0, len(candidates) - 1, MAX_CANDIDATES).astype(int)]
-    best, best_rate = math.inf, -1.0
+    best_rate, span = -1.0, (0.0, math.inf)
+    below, below_rate = 0.0, None  # the previous candidate and its score
     for tau in [*candidates.tolist(), math.inf]:
         # keep_computing over each worker's ends: the first end at or past tau is the last
         # micro-batch computed (all m when none is).
@@ -94,9 +103,13 @@ def choose_threshold(ends_s: np.ndarray, comm_s: np.ndarray) -> float:
         stopped_at = np.take_along_axis(ends_s, stops[:, :, None] - 1, axis=2)[:, :, 0]
         seconds = float((stopped_at.max(axis=1) + comm_s).sum())
         rate = float(stops.sum()) / seconds if seconds > 0 else 0.0
-        if rate >= best_rate:
-            best, best_rate = tau, rate
-    return best
+        if rate > best_rate:
+            best_rate, span = rate, (below, tau)
+        elif rate == best_rate:  # the largest among equals, as one span where they touch
+            span = (span[0] if below_rate == best_rate else below, tau)
+        below, below_rate = tau, rate
+    low, high = span
+    return math.inf if math.isinf(high) else (low + high) / 2
 
 
 @torch.no_grad()
@@ -275,8 +288,12 @@ class DropComputeSim(Protocol):
             self.computed.pop(k, None)
         if self.calibrating and k == self.config.calibration_iterations - 1:
             ends = np.array([self.calibration[i] for i in sorted(self.calibration)])
-            comm = self.net.rings(range(self.n), self.buckets, 0.0, self.n)
-            self.threshold_s = choose_threshold(ends, np.full(len(ends), comm))
+            # What the all-reduce itself lasts on idle links (a real worker measures the one
+            # it ran last, which waited for nobody); rings() would queue one on a cluster's
+            # NICs, booking them, and give its end on the clock.
+            comm_s = sum(self.net.ring_allreduce(nbytes, self.n, self.n)
+                         for nbytes in self.buckets)
+            self.threshold_s = choose_threshold(ends, np.full(len(ends), comm_s))
             self.calibrating = False
 
     def ready(self, w):

@@ -73,3 +73,17 @@ def test_the_automatic_threshold_cuts_a_straggler_and_spares_equal_workers():
     # Equal workers: no threshold gains anything, and none is set.
     equal = np.cumsum(np.full((10, 4, 8), 0.01), axis=2)
     assert math.isinf(choose_threshold(equal, comm))
+
+
+def test_the_automatic_threshold_is_not_on_a_quantized_end():
+    # Paced micro-batches of 5 ms: the unslowed workers' ends are 5, 10, 15, 20 ms, the
+    # straggler's (5x) 25, 50, 75, 100. Every tau in (15, 25] cuts the straggler after its
+    # first micro-batch and nobody else; the top, 25 ms, is the straggler's end itself.
+    quantized = np.cumsum(np.full((10, 4, 4), 0.005), axis=2)
+    quantized[:, 1, :] *= 5
+    tau = choose_threshold(quantized, np.full(10, 0.005))
+    assert 0.015 + 1e-3 < tau < 0.025 - 1e-3
+    # Later iterations' ends a hair off the recorded ones stop where calibration did.
+    for jitter in (-1e-4, 1e-4):
+        assert micro_batches_within((quantized[0, 1] + jitter).tolist(), tau) == 1
+        assert micro_batches_within((quantized[0, 0] + jitter).tolist(), tau) == 4

@@ -65,6 +65,24 @@ def test_learned_dropcompute_uses_the_first_micro_batches_gradient(tmp_path):
         torch.testing.assert_close(grads[name][0], whole[name][0], rtol=1e-6, atol=1e-7)
 
 
+
+def test_simulated_dropcompute_on_a_cluster_calibrates_with_the_all_reduces_duration(tmp_path):
+    # On a [network] cluster the threshold is chosen with what the all-reduce lasts (tens of
+    # ms for ResNet-50's gradients), not its end on the clock after ten iterations (about a
+    # second, against which cutting the trace's 2.25x slower workers gains nothing).
+    config = RunConfig(algorithm="dropcompute", workload="resnet50", workers=8, iterations=30,
+                       slowdown="replay:bytedance-ar", network={"preset": "prague"},
+                       workload_options={"compute": "emulated", "compute_preset": "h200",
+                                         "batch_size": 64})
+    result = simulate(config, SimModels(), tmp_path)
+    assert result.summary["status"] == "ok", result.summary["cause"]
+    events = {r: read_jsonl(result.run_dir / f"events.rank{r}.jsonl")[0] for r in range(8)}
+    after = {r: {e["micro_batches"] for e in es[10:]} for r, es in events.items()}
+    # The trace's slowed workers (0 and 4 of 8) stop early; the others compute every one.
+    assert max(after[0] | after[4]) < 4 and after[1] == {4}, after
+    tau_ms = events[0][-1]["threshold_ms"]
+    assert 2.25 * 32.55 / 4 < tau_ms < 2.25 * 2 * 32.55 / 4, tau_ms  # its 1st and 2nd ends
+
 class EarlyEnd(Algorithm):
     name = "test-early-end"
     description = "a protocol that ends a step before its gradient is ready"
