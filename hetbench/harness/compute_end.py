@@ -120,6 +120,9 @@ class ComputeEnd:
 
     def __init__(self, injector, rank: int, pace_s: float, device: torch.device | None = None):
         self._injector, self._rank, self._pace_s = injector, rank, pace_s
+        # A kind's first draw may load what it draws with (scipy for normal draws: a fifth
+        # of a second or more): here, before the run's clock starts, not in iteration 0.
+        injector.factor(rank, 0, 0.0)
         device = device or torch.device("cpu")
         #: None on CPU, where an operation is done when it returns.
         self.clock = CudaClock(device) if device.type == "cuda" else None
@@ -129,8 +132,8 @@ class ComputeEnd:
         self._ended = True
 
     def begin(self, iteration: int, elapsed_s: float) -> None:
-        self._iteration, self._elapsed_s = iteration, elapsed_s
-        self._factor: float | None = None
+        # Drawn before the iteration's clock starts: the draw is the harness's, not compute.
+        self._factor = self._injector.factor(self._rank, iteration, elapsed_s)
         self._micro_slowdown_s = 0.0
         #: On CUDA, the end event of micro-batches queued and not yet waited for.
         self._unread = None
@@ -145,8 +148,7 @@ class ComputeEnd:
         if self._ended:
             return
         self._ended = True
-        marks = self._marks
-        factor = self._injector.factor(self._rank, self._iteration, self._elapsed_s)
+        marks, factor = self._marks, self._factor
         if self.clock is not None:
             marks.compute_event = self.clock.mark(now_ns())
             marks.host_compute_ns = now_ns()
@@ -180,8 +182,6 @@ class ComputeEnd:
         """One micro-batch of an algorithm's own compute, `begun` by micro_batch_begin, `share`
         of a batch, has been queued or computed: pad it to that share of the pace floor, then
         sleep its slowdown ((k - 1) x its padded compute)."""
-        if self._factor is None:  # one draw an iteration, as the one-batch path's
-            self._factor = self._injector.factor(self._rank, self._iteration, self._elapsed_s)
         host_ns, start_event = begun
         if self.clock is not None:
             end_event = self.clock.mark(now_ns())

@@ -107,3 +107,37 @@ def test_on_cpu_nothing_is_synchronized(monkeypatch):
     assert pending.ready()
     times = pending.resolve()
     assert times.compute_s >= 0.0 and times.t_start_ns <= times.t_sync_ns <= times.t_end_ns
+
+
+class _SlowFirstDraw:
+    """A slowdown whose first draw takes 0.3 s, as the first normal draw did while it
+    imported scipy; 2x slower at every iteration."""
+
+    def __init__(self):
+        self.draws = 0
+
+    def factor(self, worker, iteration, elapsed_s):
+        self.draws += 1
+        if self.draws == 1:
+            time.sleep(0.3)
+        return 2.0
+
+
+@pytest.mark.parametrize("micro_batches", [False, True])
+def test_drawing_the_slowdown_is_not_compute(micro_batches):
+    injector = _SlowFirstDraw()
+    end = ComputeEnd(injector, rank=0, pace_s=0.0)
+    end.begin(0, 0.0)
+    if micro_batches:
+        begun = end.micro_batch_begin()
+        time.sleep(0.02)
+        end.micro_batch(begun, 1.0)
+        end.end_micro_batches()
+    else:
+        time.sleep(0.02)
+        end()
+    times = end.step_done().resolve()
+    # 20 ms of compute and 20 ms of slowdown: the 0.3 s draw is in neither (it was made
+    # before the run, and the iteration's own draw before its clock started).
+    assert 0.019 <= times.compute_s < 0.15 and 0.019 <= times.slowdown_s < 0.15, times
+    assert injector.draws == 2
