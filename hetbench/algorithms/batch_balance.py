@@ -28,7 +28,7 @@ Simplified, and said so:
   most that size (gradient accumulation), so its memory stays that of one batch.
 
 Every worker computes the same plan: the measurements (each worker's samples and compute
-seconds) ride in one all-reduce per step, before the gradients', and the plan is one pure
+seconds) ride in the first gradient bucket's all-reduce, and the plan is one pure
 function of them (`plan_batches`, through `plan_from_window`), which the simulated and learning
 halves call over the simulated measurements.
 """
@@ -43,12 +43,12 @@ import numpy as np
 import torch
 
 from hetbench.algorithms.dropcompute import average_by_samples_
-from hetbench.comm.comm import ReduceOp
 from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.options import opt
 from hetbench.core.tensors import buckets, params_of
 from hetbench.core.work import split_batch
 from hetbench.errors import UserError
+from hetbench.sim.layout import ELEMENT_BYTES
 from hetbench.sim.protocol import Protocol, Steps
 
 
@@ -178,8 +178,23 @@ class BatchBalance(Algorithm):
         self._total = self._floor = 0
         self._batch, self._seconds = 0, 0.0
         self._iteration = 0
+        #: The last step's measurements, summed over the workers, still on the device.
+        self._measured: torch.Tensor | None = None
+
+    def _take_measurements(self, n: int) -> None:
+        """The last step's measurements join the window, and the plan is made again every
+        replan_every iterations. Read here, at the next compute, so that on a GPU the step
+        never waits for its all-reduce."""
+        measured = self._measured.to(torch.float64).cpu().numpy()
+        self._measured = None
+        self._window.append((measured[:n], measured[n:]))
+        self._iteration += 1
+        if self._iteration % self.config.replan_every == 0:
+            self._plan = plan_from_window(self._window, self._total, self._floor)
 
     def compute(self, ctx, model, work):
+        if self._measured is not None:
+            self._take_measurements(ctx.workers)
         if self._plan is None:  # the even split until something is measured
             self._total = ctx.workers * work.batch_size
             self._floor = batch_floor(self.config.min_share, work.batch_size)
@@ -194,19 +209,13 @@ class BatchBalance(Algorithm):
         n = ctx.workers
         # Every worker's samples and compute seconds, summed from zeros: the same numbers,
         # hence the same plan, on every worker.
-        measured = torch.zeros(2 * n, dtype=torch.float64, device=ctx.device)
+        measured = torch.zeros(2 * n, dtype=torch.float64)
         measured[ctx.rank] = float(self._batch)
         measured[n + ctx.rank] = self._seconds
-        ctx.comm.all_reduce_(measured, ReduceOp.SUM, ctx.worker_ranks)
-        measured = measured.cpu().numpy()
-        samples, seconds = measured[:n], measured[n:]
-        average_by_samples_(ctx, self._buckets, float(self._batch), float(samples.sum()))
+        self._measured = average_by_samples_(ctx, self._buckets, float(self._batch),
+                                             carried=measured)
         optimizer.step()
         fields = {"batch": self._batch, "speed": _speed(self._batch, self._seconds)}
-        self._window.append((samples, seconds))
-        self._iteration += 1
-        if self._iteration % self.config.replan_every == 0:
-            self._plan = plan_from_window(self._window, self._total, self._floor)
         return StepInfo(peers=n - 1, staleness=0.0, fields=fields)
 
 
@@ -215,9 +224,9 @@ class BatchBalance(Algorithm):
 class BatchBalanceSim(Protocol):
     """Each worker computes its planned batch (its share of the batch's compute time, times
     its slowdown factor: what a real worker's micro-batches take), then everyone waits for the
-    last worker and all-reduces the buckets (the sample-weighted average: the same bytes, and
-    the measurements' 2 x workers numbers). At each iteration's end the same plan_from_window
-    over the simulated samples and seconds sets the next batches."""
+    last worker and all-reduces the buckets (the sample-weighted average: the same bytes, the
+    measurements' 2 x workers numbers in the first). At each iteration's end the same
+    plan_from_window over the simulated samples and seconds sets the next batches."""
 
     lockstep = True
 
@@ -229,7 +238,9 @@ class BatchBalanceSim(Protocol):
         self.floor = batch_floor(self.config.min_share, self.batch)
         self.plan = plan_batches([1.0] * self.n, self.total, self.floor)
         self.window: deque = deque(maxlen=self.config.window)
-        self.buckets = engine.layout.bucket_bytes
+        # The measurements (2 x workers numbers) ride in the first bucket, as the real step's.
+        first, *rest = engine.layout.bucket_bytes
+        self.buckets = [first + 2 * self.n * ELEMENT_BYTES, *rest]
         #: Per iteration in progress: every worker's samples and compute seconds.
         self.measured: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         #: Per iteration not learned yet (a learned run only): every worker's batch.

@@ -112,26 +112,51 @@ def choose_threshold(ends_s: np.ndarray, comm_s: np.ndarray) -> float:
     return math.inf if math.isinf(high) else (low + high) / 2
 
 
+#: Gradient dtypes whose floats carry counts and seconds exactly enough to share them in a
+#: gradient bucket's all-reduce (a half-precision gradient would round a count past 2,048).
+_CARRIES = (torch.float32, torch.float64)
+
+
 @torch.no_grad()
-def average_by_samples_(ctx, grad_buckets, samples: float, total: float | None = None) -> None:
+def average_by_samples_(ctx, grad_buckets, samples: float, total: float | None = None,
+                        carried: torch.Tensor | None = None) -> torch.Tensor | None:
     """Every worker's p.grad (the mean over its own `samples`) becomes the gradient over every
     sample computed anywhere (`total`, summed over the workers): one all-reduce per bucket of
     gradients times samples, divided by the total. The sample-weighted average of every
-    algorithm whose workers compute unequal amounts (DropCompute, batch-balance). With `total`
-    unknown, each worker's count rides in the first bucket's all-reduce: no collective of its
-    own, and on a GPU no read of the total by the host (which would drain the stream)."""
+    algorithm whose workers compute unequal amounts (DropCompute, batch-balance).
+
+    With `total` unknown, each worker's count rides in the first bucket's all-reduce, and so
+    do `carried` numbers (a 1-D tensor, returned summed over the workers, on the device): no
+    collective of their own (on a cluster a small all-reduce costs its latency, on shared
+    cores a whole round of scheduling), and on a GPU no read by the host (which would drain
+    the stream)."""
     divisor = None if total is None else float(total)
-    for bucket in grad_buckets:
+    summed = None
+    for i, bucket in enumerate(grad_buckets):
         grads = [p.grad for p in bucket]
-        carried = grads if divisor is not None else [*grads, grads[0].new_ones(1)]
-        flat = _flatten_dense_tensors(carried).mul_(samples)
+        first = grads[0]
+        tail = []  # what rides in this bucket: the count, then the carried numbers
+        if i == 0:
+            tail = [first.new_full((1,), float(samples))] if divisor is None else []
+            if carried is not None:
+                tail.append(carried.reshape(-1).to(first.device))
+            if tail and first.dtype not in _CARRIES:  # too coarse: a collective of their own
+                summed = torch.cat([t.to(torch.float64) for t in tail])
+                ctx.comm.all_reduce_(summed, ReduceOp.SUM, ctx.worker_ranks)
+                tail = []
+        flat = _flatten_dense_tensors([*grads, *(t.to(first.dtype) for t in tail)])
+        width = flat.numel() - sum(t.numel() for t in tail)
+        flat[:width].mul_(samples)
         ctx.comm.all_reduce_(flat, ReduceOp.SUM, ctx.worker_ranks)
-        if divisor is None:  # the total, read on the device (a copy: flat is divided next)
-            divisor, flat = flat[-1:].clone(), flat[:-1]
+        if tail:  # the sums carried (a copy: the gradients' part is divided next)
+            summed, flat = flat[width:].clone(), flat[:width]
+        if divisor is None:  # the total, read on the device
+            divisor, summed = summed[:1], summed[1:]
         flat.div_(divisor)
         # Each gradient becomes its view of the averaged bucket (as allreduce.py's step).
         for param, averaged in zip(bucket, _unflatten_dense_tensors(flat, grads), strict=True):
             param.grad = averaged
+    return summed if carried is not None else None
 
 
 class DropCompute(Algorithm):

@@ -2,6 +2,8 @@
 others' and its compute ends with theirs, and every step is single-process SGD over the union of
 the workers' samples of that step, unequal batches included."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
@@ -9,7 +11,7 @@ import torch
 from hetbench.core.config import RunConfig
 from hetbench.core.tensors import flat_params
 from hetbench.harness.work import SampleStream
-from tests.helpers import events, final_models, run_config
+from tests.helpers import events, final_models, on_ranks, run_config
 
 PACE_MS = 20
 WORKERS = 3
@@ -60,3 +62,38 @@ def test_every_step_is_sgd_over_the_union_of_the_workers_samples(balanced):
     reference = flat_params(model).detach().numpy()
     for final in final_models(run_dir, WORKERS):
         np.testing.assert_allclose(final, reference, rtol=1e-5, atol=1e-6)
+
+
+def _average_carrying(comm, dtype):
+    from hetbench.algorithms.dropcompute import average_by_samples_
+
+    calls = []
+    real = comm.all_reduce_
+
+    def counted(tensor, *args, **kwargs):
+        calls.append(tensor.numel())
+        return real(tensor, *args, **kwargs)
+
+    comm.all_reduce_ = counted
+    ctx = SimpleNamespace(comm=comm, worker_ranks=None)
+    rank = comm.rank
+    params = [torch.nn.Parameter(torch.zeros(3, dtype=dtype)) for _ in range(2)]
+    for i, p in enumerate(params):
+        p.grad = torch.full((3,), float(rank + i), dtype=dtype)
+    measured = torch.zeros(4, dtype=torch.float64)
+    measured[rank], measured[2 + rank] = 10.0 + rank, 0.125 * (rank + 1)
+    summed = average_by_samples_(ctx, [[params[0]], [params[1]]], 10.0 + rank,
+                                 carried=measured)
+    return calls, summed.tolist(), [p.grad.float().tolist() for p in params]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_measurements_ride_in_the_first_gradient_bucket(dtype):
+    # Two workers of 10 and 11 samples: gradients 0 and 1 (bucket 0), 1 and 2 (bucket 1).
+    for calls, summed, grads in on_ranks(_average_carrying, 2, dtype):
+        # Float32 gradients carry the count and the measurements: one collective a bucket.
+        # Half-precision ones would round them: the numbers take a collective of their own.
+        assert calls == ([3 + 1 + 4, 3] if dtype == torch.float32 else [1 + 4, 3, 3]), calls
+        assert summed == pytest.approx([10.0, 11.0, 0.125, 0.25])
+        assert grads[0] == pytest.approx([11 / 21] * 3, rel=1e-2)
+        assert grads[1] == pytest.approx([(10 + 22) / 21] * 3, rel=1e-2)
