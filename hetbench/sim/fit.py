@@ -15,7 +15,11 @@ from hetbench.sim.model import ComputeModel, layout
 
 
 def fit_compute(results_dir: Path) -> ComputeModel:
-    """Compute times of unslowed, post-warm-up iterations of real runs, per (workload, pace).
+    """Compute times of unslowed, post-warm-up iterations of real runs, per (workload, pace),
+    and per (workload, pace, algorithm) those of iterations that computed the workload's whole
+    batch: an algorithm that computes its batch its own way (DropCompute's micro-batches, each
+    a pass of its own) costs its own time on the host, which a simulated run of it draws
+    from when the fit has it (ComputeModel.sampler).
 
     A real iteration's compute is compute_s plus the part of slowdown_s that was not injected
     (the sleep overshoot), so an iteration counts only where the run's injector, rebuilt from
@@ -31,6 +35,7 @@ def fit_compute(results_dir: Path) -> ComputeModel:
     if not results_dir.is_dir():
         raise UserError(f"--fit-from {results_dir}: no such directory")
     samples: dict[tuple[str, float], list[float]] = {}
+    own: dict[tuple[str, float, str], list[float]] = {}
     for run_dir, config, _ in finished_real_runs(results_dir):
         try:
             injector = parse_slowdown(config["slowdown"], seed=config["seed"])
@@ -38,6 +43,7 @@ def fit_compute(results_dir: Path) -> ComputeModel:
         except UserError:
             continue  # a trace file that moved: the slowed iterations cannot be told apart
         key = (config["workload"], float(config.get("pace_ms", 0.0)))
+        batch = config.get("workload_options", {}).get("batch_size")
         warmup = config.get("warmup_iterations", 0)
         for rank in range(config["workers"]):
             events, _ = read_jsonl(run_dir / f"events.rank{rank}.jsonl")
@@ -48,10 +54,14 @@ def fit_compute(results_dir: Path) -> ComputeModel:
                                  strict=False):
                 if injector.factor(rank, e["iteration"], (e["t_start"] - t0) / 1e9) == 1.0:
                     gap = max(e["t_start"] - before["t_end"], 0) / 1e9
-                    samples.setdefault(key, []).append(gap + e["compute_s"] + e["slowdown_s"])
+                    seconds = gap + e["compute_s"] + e["slowdown_s"]
+                    samples.setdefault(key, []).append(seconds)
+                    if batch is not None and e.get("samples") == batch:
+                        own.setdefault((*key, config["algorithm"]), []).append(seconds)
     if not samples:
         raise UserError(f"--fit-from {results_dir}: no finished real runs with events there")
     return ComputeModel(fitted={k: tuple(sorted(v)) for k, v in samples.items()},
+                        fitted_by_algorithm={k: tuple(sorted(v)) for k, v in own.items()},
                         fitted_from=str(results_dir))
 
 

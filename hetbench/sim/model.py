@@ -227,7 +227,9 @@ class ComputeModel:
 
     Fitted, each iteration's compute is drawn (seeded, per worker) from the real runs' unslowed
     iterations, so their jitter reaches the simulated waits: a synchronous step waits for the
-    slowest of n draws, not for the median. The pacing floor applies on top, as in a real run:
+    slowest of n draws, not for the median. The simulated algorithm's own iterations are drawn
+    from where the fit has them (the same batch computed its own way costs its own time), the
+    workload's otherwise. The pacing floor applies on top, as in a real run:
     compute = max(model's time, pace_ms).
     """
 
@@ -235,6 +237,10 @@ class ComputeModel:
     constant_s: float | None = None
     #: Fitted from real runs: (workload, pace_ms) -> sorted unslowed compute seconds.
     fitted: dict[tuple[str, float], tuple[float, ...]] = field(default_factory=dict)
+    #: Fitted per algorithm: (workload, pace_ms, algorithm) -> the same, from that algorithm's
+    #: iterations that computed the whole batch.
+    fitted_by_algorithm: dict[tuple[str, float, str], tuple[float, ...]] = field(
+        default_factory=dict)
     #: Where `fitted` came from (for error messages and the summary).
     fitted_from: str | None = None
 
@@ -270,6 +276,9 @@ class ComputeModel:
         if self.constant_s is not None or self.fitted_from is None:
             return None
         key = (config.workload, float(config.pace_ms))
+        own = self.fitted_by_algorithm.get((*key, config.algorithm))
+        if own:
+            return own
         if key not in self.fitted:
             have = ", ".join(f"{w} (pace {p:g} ms)" for w, p in sorted(self.fitted)) or "none"
             raise UserError(
@@ -294,7 +303,9 @@ class ComputeModel:
         if self.constant_s is not None:
             return "constant (--compute-ms)"
         if self.fitted_from is not None:
-            return f"drawn from unslowed real iterations in {self.fitted_from}"
+            whose = ("its own" if (config.workload, float(config.pace_ms), config.algorithm)
+                     in self.fitted_by_algorithm else "every algorithm's")
+            return f"drawn from {whose} unslowed real iterations in {self.fitted_from}"
         return "emulated compute_ms" if config.compute == "emulated" else "pace_ms"
 
 

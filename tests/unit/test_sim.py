@@ -599,3 +599,24 @@ def test_member_caches_are_an_lru_per_worker_and_a_hit_needs_every_member():
     for members in [(0, 5), (1, 2, 3), tuple(range(12))]:
         assert iteration_gaps(iteration, members) == {
             x: sum(abs(iteration[o] - iteration[x]) for o in members) for x in members}
+
+
+def test_fit_compute_draws_an_algorithms_own_iterations_where_it_has_them():
+    model = fit_compute(FIXTURES)
+    pooled = model.fitted[("mlp-digits", 10.0)]
+    own = {name: model.fitted_by_algorithm[("mlp-digits", 10.0, name)]
+           for name in ("allreduce", "ps-async")}
+    # Each algorithm's whole-batch unslowed iterations, which together are the pool.
+    assert sorted(own["allreduce"] + own["ps-async"]) == list(pooled)
+    assert own["allreduce"] != own["ps-async"]
+
+    def drawn(algorithm):
+        config = RunConfig(algorithm=algorithm, workload="mlp-digits", workers=2, pace_ms=10)
+        draw = model.sampler(config)
+        return {draw(w) for _ in range(200) for w in range(2)}
+
+    floor = lambda values: {max(v, 0.010) for v in values}  # noqa: E731 (the pace floor)
+    assert drawn("allreduce") <= floor(own["allreduce"])
+    assert drawn("ps-async") <= floor(own["ps-async"])
+    # An algorithm the fit has no run of draws from every algorithm's.
+    assert drawn("dpsgd") <= floor(pooled) and not drawn("dpsgd") <= floor(own["allreduce"])
