@@ -24,6 +24,7 @@ import torch
 from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.tensors import flat_grads, flat_params, set_flat_grads, set_flat_params
 from hetbench.sim.protocol import Protocol, Steps
+from hetbench.sim.transport import ANY
 
 GRAD_TAG = 1
 PARAMS_TAG = 2
@@ -157,6 +158,7 @@ class PSSyncSim(Protocol):
     """
 
     servers = 1
+    transport_ready = True
 
     def __init__(self, engine):
         super().__init__(engine)
@@ -165,8 +167,15 @@ class PSSyncSim(Protocol):
         self.push = (self.model_bytes + 4) / beta
         self.pull = self.model_bytes / beta
         self.arrived: list[int] = []
+        if self.transport is not None:  # the server's first round of receives, at the start
+            self._pushed = self._replies_out = 0
+            for w in range(self.n):
+                self.transport.post_receive(self.n, w, GRAD_TAG)
 
     def ready(self, w):
+        if self.transport is not None:
+            self._push(w)
+            return
         self.arrived.append(w)
         if len(self.arrived) < self.n:
             return
@@ -206,6 +215,41 @@ class PSSyncSim(Protocol):
         own = 2 * (hop + cpu) + self.push + self.pull
         return Steps(end, end - t_sync - own, self.n - 1)
 
+    # -- under transport = "fair": the real loop's posts and sends, message by message -------
+    def _push(self, w: int) -> None:
+        """The worker's blocking send of its gradient; once it is out, its receive of the
+        parameters (serve(): the server posts a receive from every worker at a round's
+        start)."""
+        transport = self.transport
+        transport.send(w, self.n, self.model_bytes + 4, self.engine.now, (self._gradient_in,),
+                       sent=(transport.post_receive, w, self.n, PARAMS_TAG), key=GRAD_TAG)
+
+    def _gradient_in(self) -> None:
+        """A gradient has arrived; with the round's last one the server sends the parameters
+        to every worker at once (isend to each, then waits for them all)."""
+        self._pushed += 1
+        if self._pushed < self.n:
+            return
+        self._pushed = 0
+        for x in range(self.n):
+            self.transport.send(self.n, x, self.model_bytes, self.engine.now,
+                                (self._parameters_in, x), sent=(self._reply_out,),
+                                key=PARAMS_TAG)
+
+    def _reply_out(self) -> None:
+        """Once every reply is out, the server posts the next round's receives."""
+        self._replies_out += 1
+        if self._replies_out == self.n:
+            self._replies_out = 0
+            for w in range(self.n):
+                self.transport.post_receive(self.n, w, GRAD_TAG)
+
+    def _parameters_in(self, w: int) -> None:
+        now, t_sync = self.engine.now, self.engine.t_sync
+        own = self.net.round_trip_alone(w, self.n, self.model_bytes + 4, self.model_bytes)
+        self.engine.end_step(w, now, max(now - t_sync[w] - own, 0.0), peers=self.n - 1,
+                             staleness=0.0)
+
     def _ready_on_cluster(self) -> None:
         """The same step on a run's Cluster: every push queues at the server's NIC, every pull
         at its NIC's sending side; the wait is what the step took beyond the worker's own
@@ -233,9 +277,12 @@ class PSAsyncSim(Protocol):
     """
 
     servers = 1
+    transport_ready = True
 
     def __init__(self, engine):
         super().__init__(engine)
+        if self.transport is not None:  # serve(): one receive from any worker at a time
+            self.transport.post_receive(self.n, ANY, GRAD_TAG)
         self.server_free = 0.0
         #: The server's update count, and each worker's when it last pulled (staleness).
         self.version = 0
@@ -264,6 +311,12 @@ class PSAsyncSim(Protocol):
         return [w for _, w in taken]
 
     def ready(self, w):
+        if self.transport is not None:
+            transport = self.transport
+            transport.send(w, self.n, self.model_bytes + 4, self.engine.now,
+                           (self._taken_fair, w),
+                           sent=(transport.post_receive, w, self.n, PARAMS_TAG), key=GRAD_TAG)
+            return
         arrive = self.net.wire(w, self.n, self.model_bytes + 4, self.engine.now)
         if self.engine.recorded_order is None:
             self._serve(w, arrive)
@@ -303,6 +356,28 @@ class PSAsyncSim(Protocol):
             # that began since the previous one, 1,000 times more of them at 1,024 workers).
             self.engine.at(start, self._take, w)
         self.engine.end_step(w, end, start - arrive, peers=self.n - 1, staleness=float(staleness))
+
+    def _taken_fair(self, w: int) -> None:
+        """Under transport = "fair": the server's receive from any worker took w's gradient,
+        which has arrived; it steps and sends w the parameters (a blocking send), and only
+        once they are out posts its next receive."""
+        self.version += 1
+        staleness = self.version - 1 - self.pulled[w]
+        self.pulled[w] = self.version
+        if self.engine.learner is not None:
+            self._take(w)
+        transport = self.transport
+        transport.send(self.n, w, self.model_bytes, self.engine.now,
+                       (self._parameters_in, w, float(staleness)),
+                       sent=(transport.post_receive, self.n, ANY, GRAD_TAG), key=PARAMS_TAG)
+
+    def _parameters_in(self, w: int, staleness: float) -> None:
+        """w's step ends with the server's reply; it waited for what its push and pull would
+        not have taken on idle links."""
+        now = self.engine.now
+        own = self.net.round_trip_alone(w, self.n, self.model_bytes + 4, self.model_bytes)
+        self.engine.end_step(w, now, max(now - self.engine.t_sync[w] - own, 0.0),
+                             peers=self.n - 1, staleness=staleness)
 
     def _take(self, w: int) -> None:
         """The server's optimizer step with w's gradient, then w takes the server's model (the

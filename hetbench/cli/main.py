@@ -115,6 +115,10 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
     if any(config.learn for config in configs):
         raise UserError("learn = true asks `bench sim` to train its simulated workers; real "
                         "runs always train: drop it from the matrix for bench run")
+    if any((config.network or {}).get("transport", "fcfs") != "fcfs" for config in configs):
+        raise UserError("[network] transport = \"fair\" is played by `bench sim` only so far; "
+                        "the emulator of real runs sends first come first served: drop it "
+                        "for bench run")
     out_dir = out or Path("results") / str(spec["name"])
     check_writable(out_dir)
     for warning in _dilation_warnings(configs):

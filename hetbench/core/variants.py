@@ -69,13 +69,14 @@ def timing_label(timing: Mapping[str, Any] | None) -> str:
 
 def network_label(network: Mapping[str, Any] | None) -> str:
     """`none`, `prague/x8` (a preset as it is, dilation 8), `prague/tree/x8` (its collectives
-    as trees), or `custom-1a2b/x8` (own values, told apart by a digest of the links)."""
+    as trees), `prague/fair/x8` (its point-to-point messages as fair flows), or
+    `custom-1a2b/x8` (own values, told apart by a digest of the links)."""
     if not network:
         return "none"
     from hetbench.network.model import resolve_network
 
     links = {k: v for k, v in network.items()
-             if k not in ("preset", "dilation", "max_lateness", "collective")}
+             if k not in ("preset", "dilation", "max_lateness", "collective", "transport")}
     preset = network.get("preset", "")
     name = preset or "custom"
     if not preset or any(resolve_network({"preset": preset})[k] != v for k, v in links.items()):
@@ -84,6 +85,9 @@ def network_label(network: Mapping[str, Any] | None) -> str:
     collective = network.get("collective", "ring")
     if collective != "ring":
         name = f"{name}/{collective}"
+    transport = network.get("transport", "fcfs")
+    if transport != "fcfs":
+        name = f"{name}/{transport}"
     return f"{name}/x{network.get('dilation', 1.0):g}"
 
 

@@ -42,6 +42,10 @@ from hetbench.errors import UserError
 GBIT = 1e9 / 8  # bytes per second in one Gbit/s
 #: The collective algorithms the model knows (NetworkConfig.collective).
 COLLECTIVES = ("ring", "tree")
+#: How point-to-point messages move (NetworkConfig.transport): "fcfs", as soon as posted,
+#: queued first come first served at each NIC; "fair", only once the receiver has posted a
+#: matching receive, as flows sharing each NIC max-min fairly (network/flows.py).
+TRANSPORTS = ("fcfs", "fair")
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,11 @@ class NetworkConfig:
     #: How a collective moves its bytes: "ring" (2(n-1) latency hops) or "tree" (a pipelined
     #: double binary tree: 2 ceil(log2 n) hops, the same bandwidth).
     collective: str = "ring"
+    #: How point-to-point messages move: "fcfs" (eager, each NIC first come first served) or
+    #: "fair" (rendezvous with a posted receive, flows sharing NICs max-min fairly). So far
+    #: only `bench sim` plays "fair", and only for the protocols that post their receives
+    #: (hetbench.sim.transport); the emulator of real runs plays "fcfs".
+    transport: str = "fcfs"
 
     def __post_init__(self):
         if self.workers_per_node < 1:
@@ -92,6 +101,9 @@ class NetworkConfig:
         if self.collective not in COLLECTIVES:
             raise ValueError(f"collective must be one of {', '.join(COLLECTIVES)}, got "
                              f"{self.collective!r}")
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got "
+                             f"{self.transport!r}")
 
 
 #: Named clusters, with every assumption beside the values (docs/network.md cites them).
@@ -142,10 +154,12 @@ def resolve_network(table: dict[str, Any] | None) -> dict[str, Any]:
         resolved = dataclasses.asdict(NetworkConfig(**values))
     except ValueError as exc:
         raise UserError(f"network: {exc}") from None
+    # The defaults, left out: a run's id hashes its network table, and every run with a
+    # [network] from before the option keeps its id (a rerun still finds it finished).
     if resolved["collective"] == "ring":
-        # The default, left out: a run's id hashes its network table, and every run with a
-        # [network] from before the option keeps its id (a rerun still finds it finished).
         del resolved["collective"]
+    if resolved["transport"] == "fcfs":
+        del resolved["transport"]
     return resolved
 
 
@@ -305,6 +319,7 @@ class Cluster:
                 f"{c.intra_gbps:g} Gbit/s {c.intra_latency_us:g} us, dilation {c.dilation:g}"
                 + (f", group set-up {c.group_setup_ms:g} ms" if c.group_setup_ms else "")
                 + (f", {c.collective} collectives" if c.collective != "ring" else "")
+                + (f", {c.transport} transport" if c.transport != "fcfs" else "")
                 + (f" (preset {c.preset})" if c.preset else ""))
 
 

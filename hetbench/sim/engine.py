@@ -34,6 +34,7 @@ from hetbench.errors import UserError
 from hetbench.sim.model import SimModels, layout
 from hetbench.sim.protocol import Protocol
 from hetbench.sim.sink import EventSink, full_events
+from hetbench.sim.transport import Transport
 
 
 class Engine:
@@ -95,10 +96,42 @@ class Engine:
         # at the top of every iteration, as the real worker loop does.
         self._agree = config.seconds is not None and config.algorithm_class().synchronous
         self._agreeing: list[int] = []
+        #: A Cluster's fair transport (`transport = "fair"`, sim/transport.py), or None.
+        cluster = getattr(self.network, "cluster", None)
+        self.transport = (Transport(self, self.network)
+                          if cluster is not None and cluster.config.transport == "fair"
+                          else None)
         self.protocol = protocol_for(self)
+        if self.transport is not None:
+            self._check_fair_transport()
         self.active = self.protocol.servers  # a server process is always in its loop
         #: The protocol's rule for how much a worker computes (Protocol.work), or None.
         self._work = self.protocol.work
+
+    def _check_fair_transport(self) -> None:
+        """`transport = "fair"` needs a protocol that sends through the transport and posts
+        its receives, and NICs of one speed all run (the flows' shares are computed over fixed
+        capacities)."""
+        protocol = type(self.protocol)
+        if not protocol.transport_ready:
+            ready = []
+            for name in ALGORITHMS.names():
+                try:
+                    played = ALGORITHMS.get(name).simulated_protocol()
+                except UserError:
+                    continue  # unavailable here (a missing optional dependency)
+                if getattr(played, "transport_ready", False):
+                    ready.append(name)
+            raise UserError(f"[network] transport = \"fair\": {self.config.algorithm}'s "
+                            f"simulated protocol {protocol.__name__} does not post its "
+                            f"receives yet; fair transport plays {', '.join(ready)}")
+        if self.injector.network_kind:
+            raise UserError(f"[network] transport = \"fair\" with slowdown "
+                            f"{self.config.slowdown!r}: slowed NICs are not modeled in fair "
+                            "flows yet; use transport = \"fcfs\"")
+        if self.recorded_order is not None:
+            raise UserError("[network] transport = \"fair\" cannot follow a real run's "
+                            "recorded order yet; use transport = \"fcfs\"")
 
     # -- the event loop ----------------------------------------------------------------------
     def at(self, t: float, fn: Callable, *args) -> None:

@@ -106,9 +106,15 @@ class Protocol:
         self.eng = engine
         self.n = engine.n
         self.net = engine.network
+        #: A Cluster's fair transport (sim/transport.py), or None (fcfs, or no Cluster).
+        self.transport = engine.transport
         self.model_bytes = engine.layout.model_bytes
         self.config = engine.config.algorithm_config()
 
+    #: Whether every point-to-point message the protocol sends on a Cluster goes through
+    #: `self.transport` and it posts each receive its real half posts, when it posts it: then
+    #: it plays the `[network]` table's `transport = "fair"` (engine refuses it otherwise).
+    transport_ready = False
     #: work(w, k, compute_s, factor) -> (compute_s, slowdown_s, samples), or None: how much
     #: worker w computes in iteration k, for an algorithm that owns its compute
     #: (Algorithm.compute), given a whole batch's compute time and w's slowdown factor; the

@@ -1,0 +1,124 @@
+"""Point-to-point messages on a simulated cluster as they move under gloo and TCP, delivered
+by callback: the `[network]` table's `transport = "fair"` (issue 58).
+
+Under the default, "fcfs" (the model every result before it used), a protocol computes its
+messages' times itself when it sends them (ClusterNetwork.post: a message moves as soon as
+it is posted and holds its NIC ports for its whole bytes' time, first come first served), so
+a message's end is known when it is sent. Real transports do neither. gloo's TCP pairs hand a
+message over only once its receiver has posted a matching receive (a send waits for the
+receiver's NOTIFY_RECV_READY, whatever its size), and TCP flows that cross one NIC share it.
+Under "fair" a message waits for a receive the protocol posted (`post_receive`,
+network/flows.Rendezvous), then moves as a flow whose rate is its max-min fair share of the NIC
+ports it crosses (network/flows.FlowNetwork), recomputed whenever a flow starts or ends, and
+is delivered a link latency after its last byte left. Its end is known only when it comes, so
+the protocol is told by callback: `sent` when its bytes are out of its sender (a blocking send
+returns then), `delivered` when it arrives.
+
+A protocol that plays "fair" must post every receive its real half posts, when it posts it (a
+message nobody receives never moves), and says so with `Protocol.transport_ready`; the engine
+refuses "fair" for the others.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Hashable
+
+from hetbench.network.flows import ANY, FlowNetwork, Rendezvous
+from hetbench.network.model import GBIT, egress, ingress
+
+__all__ = ["ANY", "Transport"]
+
+
+class Transport:
+    """One simulated run's fair transport over its ClusterNetwork `net`, on the engine's clock
+    (`engine.now`, `engine.at`)."""
+
+    def __init__(self, engine, net):
+        self.engine, self.net = engine, net
+        cluster = net.cluster
+        self.flows = FlowNetwork([cluster.nic_rate(p // 2) for p in range(cluster.ports)])
+        # gloo moves no message before its receive is posted, whatever its size.
+        self.rendezvous = Rendezvous(eager_bytes=0.0)
+        self._ids = itertools.count()
+        #: Flow id -> (its latency, the sent callback, the delivered callback).
+        self._moving: dict[int, tuple[float, tuple | None, tuple]] = {}
+        #: The pending completion check's number: a newer one makes older ones stale.
+        self._check = 0
+
+    def send(self, src: int, dst: int, nbytes: float, at: float, delivered: tuple,
+             sent: tuple | None = None, key: Hashable = 0) -> None:
+        """A message of nbytes from src to dst, posted at `at` (>= now) on stream `key`:
+        `delivered` = (fn, *args) is called when it arrives, `sent` = (fn, *args) when its
+        bytes are out of src."""
+        self._later(at, self._send, src, dst, nbytes, delivered, sent, key)
+
+    def post_receive(self, dst: int, src: int, key: Hashable = 0,
+                     at: float | None = None) -> None:
+        """dst posts a receive from src (or ANY source) on stream `key` at `at` (default now):
+        the first message of that stream not yet received may move."""
+        self._later(self.engine.now if at is None else at, self._receive, dst, src, key)
+
+    # -- fair ------------------------------------------------------------------------------
+    def _later(self, at: float, fn: Callable, *args) -> None:
+        if at > self.engine.now:
+            self.engine.at(at, fn, *args)
+        else:
+            fn(*args)
+
+    def _send(self, src, dst, nbytes, delivered, sent, key) -> None:
+        self._start(self.rendezvous.send(src, dst, key, nbytes, self.engine.now,
+                                         (delivered, sent)))
+
+    def _receive(self, dst, src, key) -> None:
+        self._start(m for m in self.rendezvous.post_receive(dst, src, key, self.engine.now)
+                    if not m.eager)
+
+    def _start(self, matches) -> None:
+        """Each matched message's flow, from now: over both NICs between nodes (limited to
+        the inter-node link as well), over none inside a node (the node's own bus, which the
+        model does not share, as it does not queue there)."""
+        cluster, now, started = self.net.cluster, self.engine.now, []
+        for m in matches:
+            latency, rate = cluster.link(m.src, m.dst, now)
+            ports = (() if cluster.node[m.src] == cluster.node[m.dst]
+                     else (egress(m.src), ingress(m.dst)))
+            fid = next(self._ids)
+            delivered, sent = m.payload
+            self._moving[fid] = (latency, sent, delivered)
+            # Between nodes the NICs are shared ports and the switch's link bounds the flow.
+            cap = cluster.config.inter_gbps * GBIT if ports else rate
+            started.append((fid, ports, m.nbytes, cap))
+        if started:
+            self.flows.start_many(now, started)
+            self._schedule()
+
+    def _schedule(self) -> None:
+        following = self.flows.next_completion()
+        if following is None:
+            return
+        self._check += 1
+        self.engine.at(max(following[0], self.engine.now), self._complete, self._check)
+
+    def _complete(self, check: int) -> None:
+        """The flows done by now leave their ports: their senders' sends return now, and each
+        message is delivered a latency later."""
+        if check != self._check:  # a flow started or ended since: a newer check is due
+            return
+        now = self.engine.now
+        self.flows.advance(now)
+        done = self.flows.due()
+        self.flows.finish_many(done)
+        for fid in done:
+            latency, sent, delivered = self._moving.pop(fid)
+            if sent is not None:
+                sent[0](*sent[1:])
+            if latency > 0:
+                self.engine.at(now + latency, *delivered)
+            else:
+                delivered[0](*delivered[1:])
+        self._schedule()
+
+    def in_flight(self) -> int:
+        """Messages posted and not yet delivered (for tests and a run's end)."""
+        return len(self._moving) + self.rendezvous.pending().sends

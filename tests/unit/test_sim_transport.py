@@ -1,0 +1,153 @@
+"""`transport = "fair"` in bench sim (sim/transport.py, issue 58): a message moves only once its
+receiver posted a matching receive, flows that cross one NIC share it, and a parameter server's
+concurrent replies arrive together; "fcfs", the default, is the model as it was."""
+
+import itertools
+import subprocess
+import sys
+
+import pytest
+
+from hetbench.api import Algorithm, Protocol, StepInfo, UserError
+from hetbench.core.config import RunConfig
+from hetbench.core.registry import ALGORITHMS
+from hetbench.core.store import read_jsonl
+from hetbench.network.model import GBIT
+from hetbench.sim.engine import simulate
+from hetbench.sim.model import ComputeModel, NetworkModel, SimModels, layout
+
+COMPUTE_S = 0.05
+MODELS = SimModels(NetworkModel(), ComputeModel(constant_s=COMPUTE_S))
+NIC_GBPS = 0.01
+MESSAGE = 100_000  # bytes: 80 ms on a 0.01 Gbit/s NIC
+LATE_S = 0.5
+LINKS = {"workers_per_node": 1, "nic_gbps": NIC_GBPS, "inter_gbps": 100,
+         "inter_latency_us": 0}
+
+
+class LateReceiver(Algorithm):
+    name = "test-late-receiver"
+    description = "workers 0 and 1 each send a message to worker 2, which posts late"
+
+    @classmethod
+    def simulated_protocol(cls):
+        return LateReceiverSim
+
+    def step(self, ctx, model, optimizer):
+        return StepInfo(peers=0)
+
+
+class LateReceiverSim(Protocol):
+    """Every iteration workers 0 and 1 send MESSAGE bytes to worker 2 (a blocking send: the
+    step ends once the bytes are out); worker 2 posts its two receives LATE_S after its
+    gradient is ready, and its step ends when both have arrived."""
+
+    transport_ready = True
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.arrived = 0
+
+    def ready(self, w):
+        now = self.engine.now
+        if w == 2:
+            for src in (0, 1):
+                self.transport.post_receive(2, src, at=now + LATE_S)
+            return
+        self.transport.send(w, 2, MESSAGE, now, (self._arrived,),
+                            sent=(self._end, w))
+
+    def _end(self, w):
+        self.engine.end_step(w, self.engine.now, 0.0, peers=1)
+
+    def _arrived(self):
+        self.arrived += 1
+        if self.arrived % 2 == 0:
+            self.engine.end_step(2, self.engine.now, 0.0, peers=2)
+
+
+def _late(tmp_path, monkeypatch, transport):
+    ALGORITHMS.names()  # load plugins first, so the add below is not overwritten
+    monkeypatch.setitem(ALGORITHMS._targets, LateReceiver.name, LateReceiver)
+    config = RunConfig(algorithm=LateReceiver.name, workload="mlp-digits", workers=3,
+                       iterations=2, warmup_iterations=1,
+                       network={**LINKS, "transport": transport})
+    return simulate(config, MODELS, tmp_path)
+
+
+def test_a_message_to_a_receiver_that_posts_late_waits_and_two_flows_share_its_nic(
+        tmp_path, monkeypatch):
+    result = _late(tmp_path, monkeypatch, "fair")
+    assert result.summary["status"] == "ok", result.summary["cause"]
+    ends = {r: read_jsonl(result.run_dir / f"events.rank{r}.jsonl")[0][0]["t_end"] / 1e9
+            for r in range(3)}
+    t0 = read_jsonl(result.run_dir / "events.rank0.jsonl")[0][0]["t_start"] / 1e9
+    message_s = MESSAGE / (NIC_GBPS * GBIT)
+    # Nothing moved before the receives, posted LATE_S after the gradients; then the two
+    # messages shared worker 2's NIC, half of it each: both were out, and in, at 2 messages'
+    # time, together.
+    expected = t0 + COMPUTE_S + LATE_S + 2 * message_s
+    for r in range(3):
+        assert ends[r] == pytest.approx(expected, abs=1e-6), (r, ends)
+
+
+def test_fair_is_refused_for_a_protocol_that_does_not_post_receives_and_in_real_runs(
+        tmp_path):
+    config = RunConfig(algorithm="hop", workload="mlp-digits", workers=4, iterations=8,
+                       network={**LINKS, "transport": "fair"})
+    with pytest.raises(UserError, match=r"does not post its receives yet; fair transport "
+                                        r"plays .*ps-async, ps-sync"):
+        simulate(config, MODELS, tmp_path)
+    with pytest.raises(UserError, match="transport must be one of fcfs, fair"):
+        RunConfig(algorithm="ps-sync", workload="mlp-digits", workers=4, iterations=8,
+                  network={**LINKS, "transport": "tcp"})
+    # The emulator of real runs sends first come first served: bench run refuses "fair"
+    # before any process starts, in one line.
+    matrix = tmp_path / "fair.toml"
+    matrix.write_text('name = "fair"\nalgorithms = ["ps-sync"]\nworkloads = ["mlp-digits"]\n'
+                      'workers = [2]\niterations = 8\n[network]\ntransport = "fair"\n')
+    done = subprocess.run([sys.executable, "-m", "hetbench", "run", str(matrix), "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "played by `bench sim` only" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def _ps(tmp_path, algorithm, transport, workers=4):
+    config = RunConfig(algorithm=algorithm, workload="mlp-digits", workers=workers,
+                       iterations=10, network={**LINKS, "transport": transport})
+    result = simulate(config, MODELS, tmp_path / transport)
+    assert result.summary["status"] == "ok", result.summary["cause"]
+    events = {r: read_jsonl(result.run_dir / f"events.rank{r}.jsonl")[0] for r in range(workers)}
+    return config, result.summary, events
+
+
+def test_a_servers_concurrent_replies_arrive_together(tmp_path):
+    config, fair, events = _ps(tmp_path, "ps-sync", "fair")
+    reply_s = layout(config).model_bytes / (NIC_GBPS * GBIT)
+    for k in range(10):
+        ends = sorted(events[r][k]["t_end"] / 1e9 for r in range(4))
+        assert ends[-1] - ends[0] < 1e-6  # shared the server's NIC: in together
+    # First come first served, they leave the server's NIC one after another.
+    _, fcfs, queued = _ps(tmp_path, "ps-sync", "fcfs")
+    ends = sorted(queued[r][5]["t_end"] / 1e9 for r in range(4))
+    assert ends[-1] - ends[0] == pytest.approx(3 * reply_s, rel=1e-3)
+    # The same bytes through the same NIC either way: a round lasts its 4 pushes and 4
+    # replies, but fcfs lets the first worker compute while the last reply is still going out.
+    assert fair["train_wall_s"] > fcfs["train_wall_s"]
+
+
+def test_an_async_servers_one_receive_at_a_time_serializes_its_pushes(tmp_path):
+    config, _, events = _ps(tmp_path, "ps-async", "fair")
+    push_s = (layout(config).model_bytes + 4) / (NIC_GBPS * GBIT)
+    reply_s = layout(config).model_bytes / (NIC_GBPS * GBIT)
+    # One push at a time into the server, each only once the previous reply is out: its
+    # replies land a push and a reply apart at least, whatever the workers do.
+    ends = sorted(e["t_end"] / 1e9 for r in events for e in events[r])
+    gaps = [b - a for a, b in itertools.pairwise(ends)]
+    assert min(gaps) >= (push_s + reply_s) * (1 - 1e-6), min(gaps)
+    assert max(e["staleness"] for r in events for e in events[r]) >= 1
+    # First come first served, pushes queue at the server's NIC while a reply goes out.
+    _, _, queued = _ps(tmp_path, "ps-async", "fcfs")
+    ends = sorted(e["t_end"] / 1e9 for r in queued for e in queued[r])
+    assert min(b - a for a, b in itertools.pairwise(ends)) < push_s + reply_s
