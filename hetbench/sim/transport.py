@@ -11,8 +11,10 @@ Under "fair" a message waits for a receive the protocol posted (`post_receive`,
 network/flows.Rendezvous), then moves as a flow whose rate is its max-min fair share of the NIC
 ports it crosses (network/flows.FlowNetwork), recomputed whenever a flow starts or ends, and
 is delivered a link latency after its last byte left. Its end is known only when it comes, so
-the protocol is told by callback: `sent` when its bytes are out of its sender (a blocking send
-returns then), `delivered` when it arrives.
+the protocol is told by callback: `delivered` when it arrives, and `sent` when its sender's
+send returns: once the rest of its bytes fit in the sender's socket buffer (gloo's send
+completes when its bytes are written to the socket, not when they leave the NIC), at once for
+a message of at most SOCKET_BUFFER_BYTES.
 
 A protocol that plays "fair" must post every receive its real half posts, when it posts it (a
 message nobody receives never moves), and says so with `Protocol.transport_ready`; the engine
@@ -29,6 +31,10 @@ from hetbench.network.model import GBIT, egress, ingress
 
 __all__ = ["ANY", "Transport"]
 
+#: A TCP socket's send buffer: Linux's autotuning maximum on this project's machines
+#: (sysctl net.ipv4.tcp_wmem: 4096 16384 4194304).
+SOCKET_BUFFER_BYTES = 4 * 2**20
+
 
 class Transport:
     """One simulated run's fair transport over its ClusterNetwork `net`, on the engine's clock
@@ -41,8 +47,9 @@ class Transport:
         # gloo moves no message before its receive is posted, whatever its size.
         self.rendezvous = Rendezvous(eager_bytes=0.0)
         self._ids = itertools.count()
-        #: Flow id -> (its latency, the sent callback, the delivered callback).
-        self._moving: dict[int, tuple[float, tuple | None, tuple]] = {}
+        #: Flow id -> (its ports, cap and latency, the sent callback or None, the delivered
+        #: callback, the bytes that move after `sent`: a second flow's).
+        self._moving: dict[int, tuple] = {}
         #: The pending completion check's number: a newer one makes older ones stale.
         self._check = 0
 
@@ -77,21 +84,36 @@ class Transport:
     def _start(self, matches) -> None:
         """Each matched message's flow, from now: over both NICs between nodes (limited to
         the inter-node link as well), over none inside a node (the node's own bus, which the
-        model does not share, as it does not queue there)."""
-        cluster, now, started = self.net.cluster, self.engine.now, []
+        model does not share, as it does not queue there). A message larger than the socket
+        buffer is two flows: the bytes before its send returns, then the buffer's."""
+        cluster, now, started, returned = self.net.cluster, self.engine.now, [], []
         for m in matches:
             latency, rate = cluster.link(m.src, m.dst, now)
             ports = (() if cluster.node[m.src] == cluster.node[m.dst]
                      else (egress(m.src), ingress(m.dst)))
-            fid = next(self._ids)
-            delivered, sent = m.payload
-            self._moving[fid] = (latency, sent, delivered)
             # Between nodes the NICs are shared ports and the switch's link bounds the flow.
             cap = cluster.config.inter_gbps * GBIT if ports else rate
-            started.append((fid, ports, m.nbytes, cap))
+            delivered, sent = m.payload
+            buffered = min(m.nbytes, SOCKET_BUFFER_BYTES)
+            if m.nbytes > buffered:  # the send returns once the rest fits in the buffer
+                started.append(self._flow((ports, cap, latency), m.nbytes - buffered, sent,
+                                          delivered, buffered))
+            else:
+                if sent is not None:
+                    returned.append(sent)
+                started.append(self._flow((ports, cap, latency), m.nbytes, None, delivered,
+                                          0.0))
         if started:
             self.flows.start_many(now, started)
             self._schedule()
+        for sent in returned:
+            sent[0](*sent[1:])
+
+    def _flow(self, link: tuple, nbytes: float, sent, delivered, rest: float) -> tuple:
+        fid = next(self._ids)
+        self._moving[fid] = (link, sent, delivered, rest)
+        ports, cap, _ = link
+        return fid, ports, nbytes, cap
 
     def _schedule(self) -> None:
         following = self.flows.next_completion()
@@ -109,15 +131,22 @@ class Transport:
         self.flows.advance(now)
         done = self.flows.due()
         self.flows.finish_many(done)
+        following, calls = [], []
         for fid in done:
-            latency, sent, delivered = self._moving.pop(fid)
+            link, sent, delivered, rest = self._moving.pop(fid)
             if sent is not None:
-                sent[0](*sent[1:])
-            if latency > 0:
-                self.engine.at(now + latency, *delivered)
+                calls.append(sent)
+            if rest > 0:  # the buffer's bytes, after the send returned
+                following.append(self._flow(link, rest, None, delivered, 0.0))
+            elif link[2] > 0:
+                self.engine.at(now + link[2], *delivered)
             else:
-                delivered[0](*delivered[1:])
+                calls.append(delivered)
+        if following:
+            self.flows.start_many(now, following)
         self._schedule()
+        for call in calls:
+            call[0](*call[1:])
 
     def in_flight(self) -> int:
         """Messages posted and not yet delivered (for tests and a run's end)."""
