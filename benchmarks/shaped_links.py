@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 from hetbench import testbed  # noqa: E402
 from hetbench.core.record import read_events  # noqa: E402
 from hetbench.core.store import read_json  # noqa: E402
+from hetbench.testbed.measure import measure_link  # noqa: E402
 
 ALGORITHMS = ["allreduce", "ps-sync", "ps-async", "dpsgd", "adpsgd", "hop", "prague-static",
               "prague-smart"]
@@ -75,53 +76,6 @@ inter_gbps = 100
 inter_latency_us = {latency_us:.1f}
 dilation = 2
 """
-
-#: Measures the bed's link from `host` to the server: payload rate of a bulk transfer, and the
-#: round trip of a one-byte ping-pong (median of 200).
-SERVER = r"""
-import socket, sys
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", 5299)); s.listen(1); print("ready", flush=True)
-c, _ = s.accept(); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-for _ in range(200):
-    c.recv(1); c.sendall(b"x")
-total = 0
-while True:
-    data = c.recv(1 << 20)
-    if not data:
-        break
-    total += len(data)
-print(total)
-"""
-CLIENT = r"""
-import socket, statistics, sys, time
-c = socket.create_connection((sys.argv[1], 5299))
-c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-rtts = []
-for _ in range(200):
-    t = time.perf_counter(); c.sendall(b"x"); c.recv(1); rtts.append(time.perf_counter() - t)
-block = b"\0" * (1 << 20)
-for _ in range(4):  # past tbf's burst and TCP's slow start
-    c.sendall(block)
-t = time.perf_counter()
-for _ in range(24):
-    c.sendall(block)
-c.shutdown(socket.SHUT_WR); c.recv(1)
-print(statistics.median(rtts), 24 * (1 << 20) * 8 / (time.perf_counter() - t) / 1e9)
-"""
-
-
-def measure_link(bed: testbed.Bed) -> dict:
-    server = bed.popen("h2", [sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True)
-    try:
-        server.stdout.readline()
-        done = bed.run("h1", [sys.executable, "-c", CLIENT, bed.hosts["h2"]],
-                       capture_output=True, text=True, timeout=120, check=True)
-    finally:
-        server.wait(timeout=30)
-    rtt_s, gbps = map(float, done.stdout.split())
-    return {"rtt_us": rtt_s * 1e6, "payload_gbps": gbps}
-
 
 def retransmits(bed: testbed.Bed) -> int:
     total = 0

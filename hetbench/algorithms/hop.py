@@ -379,9 +379,15 @@ class HopSim(Protocol):
     to that state. A simulated message's kind is UPDATE or SKIP, or None for DONE.
     """
 
+    transport_ready = True
+
     def __init__(self, engine):
         super().__init__(engine)
         self.graph = gossip_graph(self.config, self.n)
+        if self.transport is not None:  # each edge's receiver thread posts its first receive
+            for i in range(self.n):
+                for j in self.graph[i]:
+                    self.transport.post_receive(i, j, TAG)
         self.msg_bytes = self.model_bytes + HEADER * 4
         c = self.config
         self.backup_workers, self.staleness, self.gap = (c.backup_workers, c.staleness,
@@ -407,9 +413,21 @@ class HopSim(Protocol):
             arrive = self.net.message_to(w, w, self.msg_bytes, now, active)
             self.engine.at(arrive, self._deliver_all, w, kind, lo, hi, entered, model)
             return
+        if self.transport is not None:  # isend to each neighbour; nobody waits for them
+            for j in self.graph[w]:
+                self.transport.send(w, j, self.msg_bytes, now,
+                                    (self._received, w, j, kind, lo, hi, entered, model), key=TAG)
+            return
         for j in self.graph[w]:
             arrive = self.net.message_to(w, j, self.msg_bytes, now, active)
             self.engine.at(arrive, self._deliver, w, j, kind, lo, hi, entered, model)
+
+    def _received(self, src, dst, kind, lo, hi, entered, model=None):
+        """Under transport = "fair": dst's receiver for src handled the message, and posts its
+        next receive (none after DONE: the thread ends)."""
+        self._deliver(src, dst, kind, lo, hi, entered, model)
+        if kind is not None:
+            self.transport.post_receive(dst, src, TAG)
 
     def _deliver_all(self, src, kind, lo, hi, entered, model=None):
         for dst in self.graph[src]:

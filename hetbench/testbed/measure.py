@@ -1,0 +1,58 @@
+"""What a test bed's shaped link carries, measured between two of its hosts: the payload
+rate of a bulk TCP transfer (tbf counts frames with their headers; hetbench's network model
+counts payload) and the round trip of a one-byte ping-pong. A `[network]` table that models
+the bed takes these, not the rate the link was shaped to (benchmarks/shaped_links.py,
+tests/distributed/test_fair_transport_bed.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+#: The server and client halves of measure_link: a ping-pong, then a bulk transfer from the
+#: client (after 4 MB past tbf's burst and TCP's slow start).
+SERVER = r"""
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 5299)); s.listen(1); print("ready", flush=True)
+c, _ = s.accept(); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+for _ in range(200):
+    c.recv(1); c.sendall(b"x")
+total = 0
+while True:
+    data = c.recv(1 << 20)
+    if not data:
+        break
+    total += len(data)
+print(total)
+"""
+CLIENT = r"""
+import socket, statistics, sys, time
+c = socket.create_connection((sys.argv[1], 5299))
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+rtts = []
+for _ in range(200):
+    t = time.perf_counter(); c.sendall(b"x"); c.recv(1); rtts.append(time.perf_counter() - t)
+block = b"\0" * (1 << 20)
+for _ in range(4):  # past tbf's burst and TCP's slow start
+    c.sendall(block)
+t = time.perf_counter()
+for _ in range(24):
+    c.sendall(block)
+c.shutdown(socket.SHUT_WR); c.recv(1)
+print(statistics.median(rtts), 24 * (1 << 20) * 8 / (time.perf_counter() - t) / 1e9)
+"""
+
+
+def measure_link(bed, server: str = "h2", client: str = "h1") -> dict:
+    """{'rtt_us', 'payload_gbps'} from `client` to `server` (median of 200 round trips)."""
+    listening = bed.popen(server, [sys.executable, "-c", SERVER], stdout=subprocess.PIPE,
+                          text=True)
+    try:
+        listening.stdout.readline()
+        done = bed.run(client, [sys.executable, "-c", CLIENT, bed.hosts[server]],
+                       capture_output=True, text=True, timeout=120, check=True)
+    finally:
+        listening.wait(timeout=30)
+    rtt_s, gbps = map(float, done.stdout.split())
+    return {"rtt_us": rtt_s * 1e6, "payload_gbps": gbps}
