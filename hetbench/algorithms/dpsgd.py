@@ -175,9 +175,13 @@ class DPSGDSim(Protocol):
     """Iteration k of worker i ends one message after all of its neighbours' k-th models (on a
     time-varying graph: its in- and out-peers of iteration k, whose receive its send waits for)."""
 
+    transport_ready = True
+
     def __init__(self, engine):
         super().__init__(engine)
         self.exchange = self.make_exchange()
+        #: Under transport = "fair": the receives and sends each worker's step still waits for.
+        self._unfinished = [0] * self.n
         if self.lockstep and not self.exchange.time_varying:
             self._static_neighbours()
         #: ready_at[w][k]: when w's k-th gradient was ready (its k-th model sent).
@@ -212,6 +216,9 @@ class DPSGDSim(Protocol):
     def ready(self, w):
         k = len(self.ready_at[w])
         self.ready_at[w].append(self.engine.now)
+        if self.transport is not None:
+            self._exchange_fair(w, k)
+            return
         if self.sends_queue:
             out = self.engine.now
             for j in self.exchange.links(w, k)[0]:
@@ -226,6 +233,33 @@ class DPSGDSim(Protocol):
         for j in self._partners(w, k)[1]:
             if self.waiting[j]:
                 self._try(j)
+
+    def _exchange_fair(self, w: int, k: int) -> None:
+        """The real step under transport = "fair": a receive posted for each in-neighbour's
+        model, an isend to each out-neighbour (which moves once that neighbour's step posts
+        its receive), and the step ends when every one is done."""
+        send_to, receive_from = self.exchange.links(w, k)
+        transport, now = self.transport, self.engine.now
+        self._unfinished[w] = len(send_to) + len(receive_from)
+        for j in receive_from:
+            transport.post_receive(w, j, MODEL_TAG)
+        for j in send_to:
+            transport.send(w, j, self.model_bytes, now, (self._done_one, j),
+                           sent=(self._done_one, w), key=MODEL_TAG)
+        if not self._unfinished[w]:
+            self._done_one(w, 0)
+
+    def _done_one(self, x: int, count: int = 1) -> None:
+        self._unfinished[x] -= count
+        if self._unfinished[x]:
+            return
+        k = self.engine.iteration[x]
+        receive_from, partners, _ = self._partners(x, k)
+        mine = self.ready_at[x][k]
+        latest = max((self.ready_at[j][k] for j in partners if len(self.ready_at[j]) > k),
+                     default=mine)
+        self.engine.end_step(x, self.engine.now, max(latest - mine, 0.0),
+                             peers=len(receive_from), staleness=0.0, peer_ranks=partners)
 
     def _try(self, x):
         k = self.engine.iteration[x]

@@ -280,6 +280,8 @@ class OSGPSim(DPSGDSim):
     #: A step mixes in whatever has arrived by its end: that depends on other workers' later
     #: iterations, so OSGP is played event by event, and so is its learning.
     lockstep = False
+    #: Its own event path computes its messages' times (first come first served).
+    transport_ready = False
     learn = None
     learns_events = True
 

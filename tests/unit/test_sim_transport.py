@@ -103,10 +103,10 @@ def test_a_send_larger_than_the_socket_buffer_returns_once_the_rest_fits(tmp_pat
 
 def test_fair_is_refused_for_a_protocol_that_does_not_post_receives_and_in_real_runs(
         tmp_path):
-    config = RunConfig(algorithm="dpsgd", workload="mlp-digits", workers=4, iterations=8,
+    config = RunConfig(algorithm="adpsgd", workload="mlp-digits", workers=4, iterations=8,
                        network={**LINKS, "transport": "fair"})
     with pytest.raises(UserError, match=r"does not post its receives yet; fair transport "
-                                        r"plays hop, ps-async, ps-sync"):
+                                        r"plays dpsgd, hop, ps-async, ps-sync, sgp$"):
         simulate(config, MODELS, tmp_path)
     with pytest.raises(UserError, match="transport must be one of fcfs, fair"):
         RunConfig(algorithm="ps-sync", workload="mlp-digits", workers=4, iterations=8,
@@ -157,3 +157,25 @@ def test_an_async_servers_one_receive_at_a_time_takes_one_push_at_a_time(tmp_pat
     gaps = [b - a for a, b in itertools.pairwise(ends)]
     assert min(gaps) >= push_s * (1 - 1e-6), min(gaps)
     assert max(e["staleness"] for r in events for e in events[r]) >= 1
+
+
+def test_a_dpsgd_straggler_sends_to_both_neighbours_at_once(tmp_path):
+    # Worker 1 is 5x slower: its two neighbours wait for its model, which it sends to both
+    # at once. Sharing its NIC, both get it two messages' time after its gradient; first come
+    # first served, one gets it a message sooner.
+    def ends(transport):
+        config = RunConfig(algorithm="dpsgd", workload="mlp-digits", workers=4,
+                           iterations=10, slowdown="det:5@1",
+                           network={**LINKS, "transport": transport})
+        result = simulate(config, MODELS, tmp_path / transport)
+        assert result.summary["status"] == "ok", result.summary["cause"]
+        events = {r: read_jsonl(result.run_dir / f"events.rank{r}.jsonl")[0] for r in range(4)}
+        message_s = layout(config).model_bytes / (NIC_GBPS * GBIT)
+        ready = [events[1][k]["t_start"] / 1e9 + 5 * COMPUTE_S for k in range(10)]
+        return [[(events[x][k]["t_end"] / 1e9 - ready[k]) / message_s for x in (0, 2)]
+                for k in range(10)]
+
+    for first, second in ends("fair"):
+        assert first == pytest.approx(2.0, rel=1e-6) and second == pytest.approx(2.0, rel=1e-6)
+    for first, second in ends("fcfs"):
+        assert min(first, second) == pytest.approx(1.0, rel=1e-6)
