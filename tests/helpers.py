@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from hetbench.core.config import RunConfig
 from hetbench.core.store import read_jsonl
@@ -29,6 +30,11 @@ def rotation_day() -> int:
 
 #: The quick matrix's algorithms (matrices/quick.toml), which the multi-host suites run, and
 #: those whose final models are a function of the seed alone (lockstep, no arrival order).
+#: The mark of a test that makes a test bed (network namespaces: root and a kernel with them).
+NEEDS_TEST_BED = pytest.mark.skipif(
+    os.geteuid() != 0 or not Path("/proc/self/ns/net").exists(),
+    reason="the test bed makes network namespaces: needs root and a kernel with them")
+
 QUICK_ALGORITHMS = ["allreduce", "ps-sync", "ps-async", "dpsgd", "adpsgd", "hop",
                     "prague-static", "prague-smart"]
 LOCKSTEP = {"allreduce", "ps-sync", "dpsgd", "prague-static"}

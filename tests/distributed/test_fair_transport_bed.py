@@ -11,7 +11,6 @@ real: namespaces, bench and its ranks as processes on them, gloo over the bed's 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,12 +19,11 @@ import pytest
 
 from hetbench import testbed
 from hetbench.testbed.measure import measure_link
+from tests.helpers import NEEDS_TEST_BED
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0 or not Path("/proc/self/ns/net").exists(),
-                       reason="the test bed makes network namespaces: needs root and a kernel "
-                              "with them"),
+    NEEDS_TEST_BED,
 ]
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -30,6 +30,7 @@ from tests.helpers import (
     ACROSS_HOSTS_MATRIX,
     HALF_MINUTE_CASES,
     LOCKSTEP,
+    NEEDS_TEST_BED,
     QUICK_ALGORITHMS,
     cases_of_today,
     final_models,
@@ -38,9 +39,7 @@ from tests.helpers import (
     skip_unless_today,
 )
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not Path("/proc/self/ns/net").exists(),
-    reason="the test bed makes network namespaces: needs root and a kernel with them")
+pytestmark = NEEDS_TEST_BED
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIFT_S = 0.050

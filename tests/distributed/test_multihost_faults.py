@@ -26,13 +26,11 @@ import pytest
 from hetbench import testbed
 from hetbench.errors import UserError
 from hetbench.testbed import slurm as slurm_cluster
-from tests.helpers import HALF_MINUTE_CASES, cases_of_today, is_today
+from tests.helpers import HALF_MINUTE_CASES, NEEDS_TEST_BED, cases_of_today, is_today
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0 or not Path("/proc/self/ns/net").exists(),
-                       reason="the test bed makes network namespaces: needs root and a kernel "
-                              "with them"),
+    NEEDS_TEST_BED,
 ]
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,10 +13,9 @@ import pytest
 
 from hetbench import testbed
 from hetbench.errors import UserError
+from tests.helpers import NEEDS_TEST_BED
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not Path("/proc/self/ns/net").exists(),
-    reason="the test bed makes network namespaces: needs root and a kernel with them")
+pytestmark = NEEDS_TEST_BED
 
 #: Receives bytes until the peer closes, then prints how many and in how many seconds.
 SINK = """
