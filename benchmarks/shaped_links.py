@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from hetbench import testbed  # noqa: E402
 from hetbench.core.record import read_events  # noqa: E402
 from hetbench.core.store import read_json  # noqa: E402
-from hetbench.testbed.measure import measure_link  # noqa: E402
+from hetbench.testbed.measure import measure_link, network_table  # noqa: E402
 
 ALGORITHMS = ["allreduce", "ps-sync", "ps-async", "dpsgd", "adpsgd", "hop", "prague-static",
               "prague-smart"]
@@ -67,14 +67,6 @@ workers_per_node = 2
 
 [algorithm.prague-smart]
 group_size = 2
-"""
-NETWORK = """
-[network]
-workers_per_node = 1
-nic_gbps = {nic_gbps:.5f}
-inter_gbps = 100
-inter_latency_us = {latency_us:.1f}
-dilation = 2
 """
 
 def retransmits(bed: testbed.Bed) -> int:
@@ -156,7 +148,7 @@ def main() -> None:
         print(f"link: {link}", flush=True)
         base = MATRIX.format(algorithms=json.dumps(ALGORITHMS), workers=WORKERS,
                              iterations=args.iterations)
-        network = NETWORK.format(nic_gbps=link["payload_gbps"], latency_us=link["rtt_us"] / 2)
+        network = network_table(link, dilation=2)
         hosts = ",".join(f"h{i}:1" for i in range(1, HOSTS + 1))
         agent = f"{sys.executable} -m hetbench testbed rsh --name {bed.name}"
         shaped: dict[str, list[dict]] = {a: [] for a in algorithms}

@@ -56,3 +56,13 @@ def measure_link(bed, server: str = "h2", client: str = "h1") -> dict:
         listening.wait(timeout=30)
     rtt_s, gbps = map(float, done.stdout.split())
     return {"rtt_us": rtt_s * 1e6, "payload_gbps": gbps}
+
+
+def network_table(link: dict, **options) -> str:
+    """The `[network]` table of a bed whose hosts each hold one rank, from measure_link's
+    `link`: its payload rate for every NIC, half its round trip for the latency, and
+    `options` (dilation, transport) after them."""
+    lines = ["[network]", "workers_per_node = 1", f"nic_gbps = {link['payload_gbps']:.5f}",
+             "inter_gbps = 100", f"inter_latency_us = {link['rtt_us'] / 2:.1f}"]
+    lines += [f"{key} = {value!r}".replace("'", '"') for key, value in options.items()]
+    return "\n" + "\n".join(lines) + "\n"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hetbench import testbed
-from hetbench.testbed.measure import measure_link
+from hetbench.testbed.measure import measure_link, network_table
 from tests.helpers import NEEDS_TEST_BED
 
 pytestmark = [
@@ -42,14 +42,6 @@ comm_timeout_s = 60.0
 compute = "emulated"
 compute_ms = 20
 hidden = 1024
-"""
-NETWORK = """
-[network]
-workers_per_node = 1
-nic_gbps = {nic_gbps:.5f}
-inter_gbps = 100
-inter_latency_us = {latency_us:.1f}
-transport = "fair"
 """
 
 
@@ -81,8 +73,7 @@ def test_hops_shaped_run_is_within_10_percent_of_its_fair_simulation(tmp_path):
         testbed.down(name)
     shaped = _throughput(tmp_path / "shaped")
     simulated_matrix = tmp_path / "simulated.toml"
-    simulated_matrix.write_text(MATRIX + NETWORK.format(nic_gbps=link["payload_gbps"],
-                                                        latency_us=link["rtt_us"] / 2))
+    simulated_matrix.write_text(MATRIX + network_table(link, transport="fair"))
     done = subprocess.run([sys.executable, "-m", "hetbench", "sim", str(simulated_matrix),
                            "--out", str(tmp_path / "simulated")],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
