@@ -31,6 +31,7 @@ from hetbench.core.options import opt
 from hetbench.core.tensors import flat_params, set_flat_params
 from hetbench.errors import UserError
 from hetbench.sim.protocol import Protocol
+from hetbench.sim.transport import ANY
 
 REQUEST_TAG, REPLY_TAG = 51, 52
 #: First element of a request: average with this model, or this active worker is done.
@@ -193,6 +194,7 @@ class ADPSGDSim(Protocol):
     """Actives average with a random passive neighbour, whose serving thread is a FIFO queue."""
 
     DRAWS_AT_ONCE = 256
+    transport_ready = True
 
     def __init__(self, engine):
         super().__init__(engine)
@@ -210,6 +212,10 @@ class ADPSGDSim(Protocol):
         self.served = [0] * self.n
         #: Per passive worker: iteration gaps to the actives it served since its last step.
         self.gaps = [0] * self.n
+        if self.transport is not None:  # each passive's serving thread: one request at a time
+            for passive in range(self.n):
+                if passive not in self.active:
+                    self.transport.post_receive(passive, ANY, REQUEST_TAG)
 
     def ready(self, w):
         t = self.engine.now
@@ -230,6 +236,11 @@ class ADPSGDSim(Protocol):
             draws.extend(reversed(self.rng[w].integers(len(peers), size=self.DRAWS_AT_ONCE)
                                   .tolist()))
         peer = peers[draws.pop()]
+        if self.transport is not None:  # the request's blocking send, then the reply's receive
+            transport = self.transport
+            transport.send(w, peer, self.model_bytes + 4, t, (self._serve_fair, w, peer, t),
+                           sent=(transport.post_receive, w, peer, REPLY_TAG), key=REQUEST_TAG)
+            return
         start = max(self.server_free[peer], t)
         active = self.engine.active
         # The request (model and a flag) to the passive peer, then its reply.
@@ -244,6 +255,28 @@ class ADPSGDSim(Protocol):
         if learner is not None:  # at the moment the passive's thread serves the request
             self.engine.at(asked, self._learn_pair, w, peer)
         self.engine.end_step(w, end, start - t, {"peer": peer}, peers=1, staleness=float(gap))
+
+    def _serve_fair(self, w: int, peer: int, ready: float) -> None:
+        """Under transport = "fair": the passive's serving thread took w's request, which has
+        arrived: it averages and sends the reply (a blocking send), and only once that send
+        returns posts its next receive from any active."""
+        self.served[peer] += 1
+        gap = abs(self.engine.iteration[w] - self.engine.iteration[peer])
+        self.gaps[peer] += gap
+        if self.engine.learner is not None:
+            self._learn_pair(w, peer)
+        transport = self.transport
+        transport.send(peer, w, self.model_bytes, self.engine.now,
+                       (self._replied, w, peer, ready, float(gap)),
+                       sent=(transport.post_receive, peer, ANY, REQUEST_TAG), key=REPLY_TAG)
+
+    def _replied(self, w: int, peer: int, ready: float, gap: float) -> None:
+        """w's step ends with the reply; it waited for what its request and the reply would
+        not have taken on idle links."""
+        now = self.engine.now
+        own = self.net.round_trip_alone(w, peer, self.model_bytes + 4, self.model_bytes)
+        self.engine.end_step(w, now, max(now - ready - own, 0.0), {"peer": peer}, peers=1,
+                             staleness=gap)
 
     learns_events = True
 

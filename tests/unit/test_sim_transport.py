@@ -103,10 +103,10 @@ def test_a_send_larger_than_the_socket_buffer_returns_once_the_rest_fits(tmp_pat
 
 def test_fair_is_refused_for_a_protocol_that_does_not_post_receives_and_in_real_runs(
         tmp_path):
-    config = RunConfig(algorithm="adpsgd", workload="mlp-digits", workers=4, iterations=8,
+    config = RunConfig(algorithm="prague-smart", workload="mlp-digits", workers=4, iterations=8,
                        network={**LINKS, "transport": "fair"})
     with pytest.raises(UserError, match=r"does not post its receives yet; fair transport "
-                                        r"plays dpsgd, hop, ps-async, ps-sync, sgp$"):
+                                        r"plays adpsgd, dpsgd, hop, ps-async, ps-sync, sgp$"):
         simulate(config, MODELS, tmp_path)
     with pytest.raises(UserError, match="transport must be one of fcfs, fair"):
         RunConfig(algorithm="ps-sync", workload="mlp-digits", workers=4, iterations=8,
