@@ -398,7 +398,7 @@ class HopSim(Protocol):
         self.done_peers: list[set[int]] = [set() for _ in range(self.n)]
         self.stopped = [False] * self.n
         #: What a blocked worker waits for: ("updates", k, since) or ("tokens", following,
-        #: since, wait_s, fields, sync).
+        #: since, wait_s, fields, peers, staleness).
         self.blocked: list[tuple | None] = [None] * self.n
         #: Iterations the workers skipped in all (a skip from k to target skips target - k - 1).
         self.iterations_skipped = 0

@@ -105,7 +105,7 @@ class LocalSGD(Algorithm):
     name = "local-sgd"
     description = "local SGD: `period` local steps, then all workers average their models"
     Config = LocalSGDOptions
-    #: How the reports attribute its waits (core.algorithm.WAIT_RULES): its averaging steps are
+    #: How the reports attribute its waits (core.waits.WAIT_RULES): its averaging steps are
     #: collectives over every worker; its local steps meet nobody.
     wait_rule = "all"
 

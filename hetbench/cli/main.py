@@ -1,4 +1,5 @@
-"""`bench`: list | run | tune | report | sim.
+"""`bench`: the command line. Its commands (`bench --help` lists them with a line each): list,
+run, tune, report, compare, sim, reproduce, summarize, export, trace, testbed.
 
 Bad input prints one line (`error: ...`) and exits with code 2; `--debug` shows the traceback.
 """

@@ -84,6 +84,8 @@ class RunConfig:
             )
         if self.seconds is not None and self.seconds <= 0:
             raise UserError(f"seconds must be > 0, got {self.seconds}")
+        if self.seed < 0:  # numpy's and torch's generators take none below 0
+            raise UserError(f"seed must be >= 0, got {self.seed}")
         if self.pace_ms < 0:
             raise UserError(f"pace_ms must be >= 0, got {self.pace_ms}")
         if self.warmup_iterations < 0:

@@ -480,15 +480,15 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path,
 
 
 #: Summary fields only a real run's host can measure: a simulated summary names them as absent.
+#: (A staged message's speed, `staged_p2p_mb_per_s`, is not among them: a real run has it only
+#: where ranks share a GPU, which no config says, so no simulated run could name it absent.)
 REAL_ONLY = ("launcher", "backend", "devices", "fidelity", "network", "p2p_mb_per_iteration",
-             "collective_mb_per_iteration", "staged_p2p_mb_per_s", "clock_hosts", "machines",
+             "collective_mb_per_iteration", "clock_hosts", "machines",
              "clock_offset_ms", "clock_error_ms", "clock_drift_ms")
-#: REAL_ONLY fields a real run has only sometimes: an emulated network's, a staged message's
-#: speed (ranks sharing a GPU), and the clocks' alignment (ranks on several hosts); a
-#: simulated summary names them absent only then.
+#: REAL_ONLY fields a real run has only sometimes: an emulated network's, and the clocks'
+#: alignment (ranks on several hosts); a simulated summary names them absent only then.
 SOMETIMES = {"fidelity": lambda config: bool(config.network),
              "network": lambda config: bool(config.network),
-             "staged_p2p_mb_per_s": lambda config: False,
              **{key: lambda config: bool(config.hosts)
                 for key in ("clock_offset_ms", "clock_error_ms", "clock_drift_ms")}}
 

@@ -96,6 +96,8 @@ def cases(tmp_path):
                                "--seeds"),
         "no algorithms": (["run", "--workloads", "svm", "--workers", "2"], "no algorithms"),
         "unknown algorithm": ([*BASE, "--algorithms", "nope"], "unknown algorithm 'nope'"),
+        "negative seed": ([*BASE, "--algorithms", "allreduce", "--seeds=-1"],
+                          "seed must be >= 0, got -1"),
         "unknown workload": (["run", "--algorithms", "allreduce", "--workloads", "mnist",
                               "--workers", "2"], "unknown workload 'mnist'"),
         "one worker": ([*BASE, "--algorithms", "allreduce", "--workers", "1"], "workers must"),

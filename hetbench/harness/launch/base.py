@@ -47,7 +47,7 @@ def record_run(config: RunConfig, run_dir: Path, train: Callable[[dict[str, Any]
             finally:
                 cleanup()
         status = "ok" if cause is None else "failed"
-    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (harness.signals)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP (core.signals)
         _record(config, run_dir, "interrupted", interrupted_cause(exc), started, cleanup, code)
         raise
     except Exception as exc:

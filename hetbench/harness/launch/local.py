@@ -134,7 +134,7 @@ def _rank_main(run_dir: Path, rank: int, port: int, launcher_pid: int,
     # slower than ranks sharing one (benchmarks/allreduce_vs_ddp.py shows it).
     os.setpgid(0, 0)
     # A launcher killed outright (SIGKILL, OOM) takes the rank with it instead of leaving it
-    # training with half its peers (harness.signals says why not PR_SET_PDEATHSIG here).
+    # training with half its peers (core.signals says why not PR_SET_PDEATHSIG here).
     exit_with(launcher_pid)
     os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     if plugins:  # the worker loads them (core/plugins.py)
