@@ -1,4 +1,5 @@
-"""Deprecated: the previous release's path of Algorithm and StepInfo (now hetbench.api)."""
+"""Deprecated: where release 0.1's first plugins imported Algorithm and StepInfo from
+(now hetbench.api)."""
 
 from hetbench.core.algorithm import *  # noqa: F403
 from hetbench.core.algorithm import Algorithm, NoOptions, StepInfo  # noqa: F401

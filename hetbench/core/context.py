@@ -25,7 +25,7 @@ class WorkerContext:
     rng: np.random.Generator
     #: What the algorithm's services() yielded in the launcher (addresses of helper processes).
     services: dict = field(default_factory=dict)
-    #: Always False: kept so that plugins of the previous release that read it still load.
+    #: Always False: kept so that release 0.1's first plugins, which read it, still load.
     #: An algorithm learns that training is over when the harness calls its finish().
     stopping: bool = False
     #: Ends this iteration's compute (pace floor, injected slowdown); the harness calls it

@@ -1,4 +1,4 @@
-"""Deprecated: the previous release's path of WorkerContext (now hetbench.api)."""
+"""Deprecated: where release 0.1's first plugins imported WorkerContext from (now hetbench.api)."""
 
 from hetbench.core.context import *  # noqa: F403
 from hetbench.core.context import WorkerContext  # noqa: F401

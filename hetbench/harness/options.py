@@ -1,4 +1,4 @@
-"""Deprecated: the previous release's path of opt (now hetbench.api)."""
+"""Deprecated: where release 0.1's first plugins imported opt from (now hetbench.api)."""
 
 from hetbench.core.moved import moved
 from hetbench.core.options import *  # noqa: F403

@@ -1,4 +1,5 @@
-"""Deprecated: the previous release's path of the tensor helpers (now hetbench.api)."""
+"""Deprecated: where release 0.1's first plugins imported the tensor helpers from
+(now hetbench.api)."""
 
 from hetbench.core.moved import moved
 from hetbench.core.tensors import *  # noqa: F403

@@ -102,7 +102,7 @@ class Protocol:
 
     def __init__(self, engine: Engine):
         self.engine = engine
-        #: The previous release's name of `engine`, kept for plugins until the next release.
+        #: Release 0.1's first plugins' name of `engine`, kept for them until the next release.
         self.eng = engine
         self.n = engine.n
         self.net = engine.network
