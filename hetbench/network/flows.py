@@ -203,6 +203,20 @@ class FlowNetwork:
         if freed:
             self._recompute(freed, [])
 
+    def extend(self, flow_id: Hashable, nbytes: float) -> None:
+        """Give a flow in the network nbytes more to move, at its rate: every port keeps the
+        same flows, so no rate changes and nothing is recomputed (a message whose sender's
+        send returned before its last bytes left goes on as the same flow)."""
+        flow = self._flows[flow_id]
+        if not nbytes >= 0 or not flow.nbytes:
+            raise ValueError(f"flow {flow_id!r}: can extend a flow with bytes by nbytes >= 0, "
+                             f"got {nbytes}")
+        flow.left, flow.at = flow.left_at(self._now) + nbytes, self._now
+        flow.nbytes += nbytes
+        flow.tol = REL_TOLERANCE * flow.nbytes
+        flow.version += 1  # its old completion entry is stale
+        self._push(flow)
+
     def due(self) -> list[Hashable]:
         """The flows complete at the network's time (next_completion's order), for
         finish_many: flows that finish together (a server's replies) are handled at once."""

@@ -85,7 +85,7 @@ class Transport:
         """Each matched message's flow, from now: over both NICs between nodes (limited to
         the inter-node link as well), over none inside a node (the node's own bus, which the
         model does not share, as it does not queue there). A message larger than the socket
-        buffer is two flows: the bytes before its send returns, then the buffer's."""
+        buffer returns its send once the rest fits, and its flow goes on with the buffer's bytes."""
         cluster, now, started, returned = self.net.cluster, self.engine.now, [], []
         for m in matches:
             latency, rate = cluster.link(m.src, m.dst, now)
@@ -130,20 +130,22 @@ class Transport:
         now = self.engine.now
         self.flows.advance(now)
         done = self.flows.due()
-        self.flows.finish_many(done)
-        following, calls = [], []
+        finished, calls = [], []
         for fid in done:
-            link, sent, delivered, rest = self._moving.pop(fid)
+            link, sent, delivered, rest = self._moving[fid]
             if sent is not None:
                 calls.append(sent)
-            if rest > 0:  # the buffer's bytes, after the send returned
-                following.append(self._flow(link, rest, None, delivered, 0.0))
-            elif link[2] > 0:
+            if rest > 0:  # the buffer's bytes, after the send returned: the same flow goes on
+                self._moving[fid] = (link, None, delivered, 0.0)
+                self.flows.extend(fid, rest)
+                continue
+            finished.append(fid)
+            del self._moving[fid]
+            if link[2] > 0:
                 self.engine.at(now + link[2], *delivered)
             else:
                 calls.append(delivered)
-        if following:
-            self.flows.start_many(now, following)
+        self.flows.finish_many(finished)
         self._schedule()
         for call in calls:
             call[0](*call[1:])

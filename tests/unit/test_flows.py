@@ -429,3 +429,17 @@ def test_performance_an_incast_of_1024_flows_started_and_finished_in_one_call_ea
     assert when == pytest.approx(workers * 1e6 / nic, rel=1e-12)
     assert len(due) == workers and len(net) == 0
     assert elapsed < 2.0  # about 0.01 s unloaded; generous, the machine is shared
+
+
+def test_extending_a_flow_keeps_every_rate_and_moves_only_its_end():
+    net = FlowNetwork([10.0, 10.0])
+    net.start_many(0.0, [("a", [0], 20.0), ("b", [0, 1], 40.0)])
+    net.advance(2.0)  # a and b at 5 each: a has 10 left, b 30
+    recomputed = net.last_recompute
+    net.extend("a", 15.0)
+    assert net.rate("a") == 5.0 and net.rate("b") == 5.0
+    assert net.remaining("a") == pytest.approx(25.0)
+    assert net.last_recompute == recomputed  # nothing recomputed
+    assert net.next_completion() == (pytest.approx(7.0), "a")
+    with pytest.raises(ValueError):
+        net.extend("a", -1.0)
