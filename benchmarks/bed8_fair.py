@@ -22,26 +22,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hetbench import testbed  # noqa: E402
-from hetbench.testbed.measure import measure_link, network_table  # noqa: E402
+from hetbench.testbed.measure import (  # noqa: E402
+    link_bound_matrix,
+    measure_link,
+    network_table,
+)
 
 HOSTS = 8
-MATRIX = """
-name = "bed8"
-algorithms = {algorithms}
-workloads = ["mlp-digits"]
-workers = [8]
-iterations = 40
-seeds = [1]
-bind_host = "0.0.0.0"
-comm_timeout_s = 60.0
-
-[workload.mlp-digits]
-compute = "emulated"
-compute_ms = 20
-hidden = 1024
-"""
-
-
 def throughputs(out: Path) -> dict[str, float]:
     found = {}
     for path in out.glob("*/summary.json"):
@@ -56,7 +43,7 @@ def main() -> None:
     parser.add_argument("--algorithms", default="hop,dpsgd,adpsgd")
     parser.add_argument("--queue-ms", type=float, default=testbed.SHAPE_QUEUE_MS)
     args = parser.parse_args()
-    matrix = MATRIX.format(algorithms=json.dumps(args.algorithms.split(",")))
+    matrix = link_bound_matrix("bed8", args.algorithms.split(","), HOSTS)
     work = Path(tempfile.mkdtemp(prefix="bed8-"))
     (work / "shaped.toml").write_text(matrix)
     hosts = ",".join(f"h{i}:1" for i in range(1, HOSTS + 1))

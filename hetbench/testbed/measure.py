@@ -2,10 +2,12 @@
 rate of a bulk TCP transfer (tbf counts frames with their headers; hetbench's network model
 counts payload) and the round trip of a one-byte ping-pong. A `[network]` table that models
 the bed takes these, not the rate the link was shaped to (benchmarks/shaped_links.py,
-tests/distributed/test_fair_transport_bed.py)."""
+benchmarks/bed8_fair.py, tests/distributed/test_fair_transport_bed.py); and the matrix those
+compare on, a step bound by the link."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -66,3 +68,14 @@ def network_table(link: dict, **options) -> str:
              "inter_gbps = 100", f"inter_latency_us = {link['rtt_us'] / 2:.1f}"]
     lines += [f"{key} = {value!r}".replace("'", '"') for key, value in options.items()]
     return "\n" + "\n".join(lines) + "\n"
+
+
+def link_bound_matrix(name: str, algorithms: list[str], workers: int,
+                      iterations: int = 40) -> str:
+    """A matrix whose every step is bound by a shaped bed's link rather than its compute:
+    mlp-digits with a 1,024-unit hidden layer (307 KB messages) and 20 ms of emulated compute,
+    one seed, listening on every address (ranks on other hosts reach the run's services)."""
+    return (f'name = "{name}"\nalgorithms = {json.dumps(algorithms)}\n'
+            f'workloads = ["mlp-digits"]\nworkers = [{workers}]\niterations = {iterations}\n'
+            'seeds = [1]\nbind_host = "0.0.0.0"\ncomm_timeout_s = 60.0\n\n'
+            '[workload.mlp-digits]\ncompute = "emulated"\ncompute_ms = 20\nhidden = 1024\n')

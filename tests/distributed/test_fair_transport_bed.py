@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hetbench import testbed
-from hetbench.testbed.measure import measure_link, network_table
+from hetbench.testbed.measure import link_bound_matrix, measure_link, network_table
 from tests.helpers import NEEDS_TEST_BED
 
 pytestmark = [
@@ -28,21 +28,7 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTS = 4
-MATRIX = """
-name = "fair-bed"
-algorithms = ["hop"]
-workloads = ["mlp-digits"]
-workers = [4]
-iterations = 40
-seeds = [1]
-bind_host = "0.0.0.0"
-comm_timeout_s = 60.0
-
-[workload.mlp-digits]
-compute = "emulated"
-compute_ms = 20
-hidden = 1024
-"""
+MATRIX = link_bound_matrix("fair-bed", ["hop"], HOSTS)
 
 
 def _throughput(out: Path) -> float:
