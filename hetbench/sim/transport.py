@@ -149,7 +149,3 @@ class Transport:
         self._schedule()
         for call in calls:
             call[0](*call[1:])
-
-    def in_flight(self) -> int:
-        """Messages posted and not yet delivered (for tests and a run's end)."""
-        return len(self._moving) + self.rendezvous.pending().sends
