@@ -113,13 +113,9 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         matrix_file, algorithms=algorithms, workloads=workloads, workers=workers,
         slowdown=slowdown, iterations=iterations, seconds=seconds, seeds=seeds, pace_ms=pace_ms,
         launcher=launcher, network=network, dilation=dilation, target=target, hosts=hosts)
-    if any(config.learn for config in configs):
-        raise UserError("learn = true asks `bench sim` to train its simulated workers; real "
-                        "runs always train: drop it from the matrix for bench run")
-    if any((config.network or {}).get("transport", "fcfs") != "fcfs" for config in configs):
-        raise UserError("[network] transport = \"fair\" is played by `bench sim` only so far; "
-                        "the emulator of real runs sends first come first served: drop it "
-                        "for bench run")
+    from hetbench.harness.runner import check_real_runs
+
+    check_real_runs(configs)  # here too: a dry run starts nothing, and is refused all the same
     out_dir = out or Path("results") / str(spec["name"])
     check_writable(out_dir)
     for warning in _dilation_warnings(configs):

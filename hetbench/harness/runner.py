@@ -22,6 +22,7 @@ from hetbench.core.config import RunConfig
 from hetbench.core.identity import code_change, code_identity, recorded_identity
 from hetbench.core.lock import results_lock
 from hetbench.core.store import ResultsWriteError, read_json
+from hetbench.errors import UserError
 from hetbench.harness.launch import make_launcher
 from hetbench.harness.launch.capacity import check_worlds_fit
 
@@ -96,6 +97,18 @@ def set_aside(run_dir: Path, out_dir: Path, why: str | None = None) -> str:
     return f"{what}; the earlier one kept as {where}"
 
 
+def check_real_runs(configs: list[RunConfig]) -> None:
+    """What only `bench sim` plays, refused for real runs in one line before anything starts
+    (bench run, tune and reproduce all come through here or run_matrix)."""
+    if any(config.learn for config in configs):
+        raise UserError("learn = true asks `bench sim` to train its simulated workers; real "
+                        "runs always train: drop it from the matrix for bench run")
+    if any((config.network or {}).get("transport", "fcfs") != "fcfs" for config in configs):
+        raise UserError("[network] transport = \"fair\" is played by `bench sim` only so far; "
+                        "the emulator of real runs sends first come first served: drop it "
+                        "for bench run")
+
+
 def run_matrix(configs: list[RunConfig], out_dir: Path, force: bool = False,
                on_start: Callable[[RunConfig], None] | None = None,
                on_done: Callable[[RunOutcome], None] | None = None,
@@ -107,7 +120,9 @@ def run_matrix(configs: list[RunConfig], out_dir: Path, force: bool = False,
     """Run each config not finished yet; `launcher_options`: a launcher's matrix table by
     launcher name ({"slurm": {...}}). Holds `out_dir`'s writer lock throughout (the caller's,
     if it holds it already; else ResultsDirBusy when another process does). A world that
-    cannot fit on this machine is refused before anything starts (launch.capacity)."""
+    cannot fit on this machine, or asks for what only bench sim plays, is refused before
+    anything starts (launch.capacity, check_real_runs)."""
+    check_real_runs(configs)
     check_worlds_fit(configs, allow_oversubscribe)
     with results_lock(out_dir, "bench run"):
         return _run_locked(configs, out_dir, force, on_start, on_done, on_progress,
@@ -155,6 +170,7 @@ def prepare_matrix(configs: list[RunConfig], out_dir: Path,
     (config, run_dir, already finished) per run; earlier unfinished attempts are set aside."""
     from hetbench.harness.launch.external import prepare
 
+    check_real_runs(configs)
     local = [c for c in configs if c.launcher == "local"]
     if local:
         prepare(local[0], out_dir / local[0].run_id)  # the one-line error, before any change

@@ -121,6 +121,14 @@ def test_fair_is_refused_for_a_protocol_that_does_not_post_receives_and_in_real_
     assert done.returncode == 2, done.stderr
     assert "played by `bench sim` only" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
+    # bench tune and bench reproduce run their matrices through run_matrix: refused there too.
+    from hetbench.harness.runner import run_matrix
+
+    fair = RunConfig(algorithm="ps-sync", workload="mlp-digits", workers=2, iterations=8,
+                     network={**LINKS, "transport": "fair"})
+    with pytest.raises(UserError, match="played by `bench sim` only"):
+        run_matrix([fair], tmp_path / "matrix")
+    assert not (tmp_path / "matrix").exists()
 
 
 def _ps(tmp_path, algorithm, transport, workers=4):
