@@ -114,14 +114,7 @@ class Engine:
         capacities)."""
         protocol = type(self.protocol)
         if not protocol.transport_ready:
-            ready = []
-            for name in ALGORITHMS.names():
-                try:
-                    played = ALGORITHMS.get(name).simulated_protocol()
-                except UserError:
-                    continue  # unavailable here (a missing optional dependency)
-                if getattr(played, "transport_ready", False):
-                    ready.append(name)
+            ready = playable(lambda played: played.transport_ready)
             raise UserError(f"[network] transport = \"fair\": {self.config.algorithm}'s "
                             f"simulated protocol {protocol.__name__} does not post its "
                             f"receives yet; fair transport plays {', '.join(ready)}")
@@ -403,17 +396,24 @@ def simulated_protocol(config: RunConfig) -> type[Protocol]:
     one line naming what bench sim plays, when it names none."""
     protocol = config.algorithm_class().simulated_protocol()
     if protocol is None:
-        playable = []
-        for name in ALGORITHMS.names():
-            try:
-                if ALGORITHMS.get(name).simulated_protocol() is not None:
-                    playable.append(name)
-            except UserError:
-                continue  # unavailable here (a missing optional dependency)
         raise UserError(f"algorithm {config.algorithm!r} has no simulated protocol "
                         "(its Algorithm.simulated_protocol() returns None); bench sim plays: "
-                        f"{', '.join(playable)}")
+                        f"{', '.join(playable())}")
     return protocol
+
+
+def playable(which: Callable[[type[Protocol]], bool] = lambda played: True) -> list[str]:
+    """The algorithms available here whose simulated protocol exists and passes `which`, in
+    registry order (for the one-line errors that say what bench sim plays)."""
+    names = []
+    for name in ALGORITHMS.names():
+        try:
+            played = ALGORITHMS.get(name).simulated_protocol()
+        except UserError:
+            continue  # unavailable here (a missing optional dependency)
+        if played is not None and which(played):
+            names.append(name)
+    return names
 
 
 @dataclass
