@@ -247,22 +247,25 @@ class ADPSGDSim(Protocol):
         asked = self.net.message_to(w, peer, self.model_bytes + 4, start, active)
         end = self.net.message_to(peer, w, self.model_bytes, asked, active)
         self.server_free[peer] = end
-        self.served[peer] += 1
-        # Both iterations as the request and the reply carry them (the passive's at the time
-        # of the request: it serves from a thread, whatever its own step is doing).
-        gap = abs(self.engine.iteration[w] - self.engine.iteration[peer])
-        self.gaps[peer] += gap
+        gap = self._served(w, peer)
         if learner is not None:  # at the moment the passive's thread serves the request
             self.engine.at(asked, self._learn_pair, w, peer)
         self.engine.end_step(w, end, start - t, {"peer": peer}, peers=1, staleness=float(gap))
+
+    def _served(self, w: int, peer: int) -> int:
+        """The passive `peer` serves w's request: counted, with the gap between their
+        iterations as the request and the reply carry them (the passive's at the time of the
+        request: it serves from a thread, whatever its own step is doing)."""
+        self.served[peer] += 1
+        gap = abs(self.engine.iteration[w] - self.engine.iteration[peer])
+        self.gaps[peer] += gap
+        return gap
 
     def _serve_fair(self, w: int, peer: int, ready: float) -> None:
         """Under transport = "fair": the passive's serving thread took w's request, which has
         arrived: it averages and sends the reply (a blocking send), and only once that send
         returns posts its next receive from any active."""
-        self.served[peer] += 1
-        gap = abs(self.engine.iteration[w] - self.engine.iteration[peer])
-        self.gaps[peer] += gap
+        gap = self._served(w, peer)
         if self.engine.learner is not None:
             self._learn_pair(w, peer)
         transport = self.transport
@@ -274,9 +277,8 @@ class ADPSGDSim(Protocol):
         """w's step ends with the reply; it waited for what its request and the reply would
         not have taken on idle links."""
         now = self.engine.now
-        own = self.net.round_trip_alone(w, peer, self.model_bytes + 4, self.model_bytes)
-        self.engine.end_step(w, now, max(now - ready - own, 0.0), {"peer": peer}, peers=1,
-                             staleness=gap)
+        wait = self.round_trip_wait(w, peer, self.model_bytes + 4, self.model_bytes, ready, now)
+        self.engine.end_step(w, now, wait, {"peer": peer}, peers=1, staleness=gap)
 
     learns_events = True
 

@@ -245,10 +245,10 @@ class PSSyncSim(Protocol):
                 self.transport.post_receive(self.n, w, GRAD_TAG)
 
     def _parameters_in(self, w: int) -> None:
-        now, t_sync = self.engine.now, self.engine.t_sync
-        own = self.net.round_trip_alone(w, self.n, self.model_bytes + 4, self.model_bytes)
-        self.engine.end_step(w, now, max(now - t_sync[w] - own, 0.0), peers=self.n - 1,
-                             staleness=0.0)
+        now = self.engine.now
+        wait = self.round_trip_wait(w, self.n, self.model_bytes + 4, self.model_bytes,
+                                    self.engine.t_sync[w], now)
+        self.engine.end_step(w, now, wait, peers=self.n - 1, staleness=0.0)
 
     def _ready_on_cluster(self) -> None:
         """The same step on a run's Cluster: every push queues at the server's NIC, every pull
@@ -258,9 +258,9 @@ class PSSyncSim(Protocol):
         pushed = max(net.wire(x, server, self.model_bytes + 4, t_sync[x]) for x in self.arrived)
         for x in sorted(self.arrived):  # the server sends to workers 0..n-1
             end = net.wire(server, x, self.model_bytes, pushed)
-            own = net.round_trip_alone(x, server, self.model_bytes + 4, self.model_bytes)
-            self.engine.end_step(x, end, max(end - t_sync[x] - own, 0.0), peers=self.n - 1,
-                              staleness=0.0)
+            wait = self.round_trip_wait(x, server, self.model_bytes + 4, self.model_bytes,
+                                        t_sync[x], end)
+            self.engine.end_step(x, end, wait, peers=self.n - 1, staleness=0.0)
         self.arrived = []
 
 
@@ -342,9 +342,7 @@ class PSAsyncSim(Protocol):
         end = net.wire(self.n, w, self.model_bytes, self.server_free)
         # Requests are scheduled here in the order the server takes them (FIFO), so this is
         # the update count the reply carries, as the real server's does.
-        self.version += 1
-        staleness = self.version - 1 - self.pulled[w]
-        self.pulled[w] = self.version
+        staleness = self._update(w)
         if self.engine.learner is not None:
             # The real server's math when it takes the gradient (`start`: requests are
             # scheduled FIFO, and callbacks of one time run in the order scheduled, so in the
@@ -357,13 +355,19 @@ class PSAsyncSim(Protocol):
             self.engine.at(start, self._take, w)
         self.engine.end_step(w, end, start - arrive, peers=self.n - 1, staleness=float(staleness))
 
+    def _update(self, w: int) -> int:
+        """The server takes w's gradient: its update count, and w's staleness (the updates
+        other workers made since w last pulled)."""
+        self.version += 1
+        staleness = self.version - 1 - self.pulled[w]
+        self.pulled[w] = self.version
+        return staleness
+
     def _taken_fair(self, w: int) -> None:
         """Under transport = "fair": the server's receive from any worker took w's gradient,
         which has arrived; it steps and sends w the parameters (a blocking send), and only
         once they are out posts its next receive."""
-        self.version += 1
-        staleness = self.version - 1 - self.pulled[w]
-        self.pulled[w] = self.version
+        staleness = self._update(w)
         if self.engine.learner is not None:
             self._take(w)
         transport = self.transport
@@ -375,9 +379,9 @@ class PSAsyncSim(Protocol):
         """w's step ends with the server's reply; it waited for what its push and pull would
         not have taken on idle links."""
         now = self.engine.now
-        own = self.net.round_trip_alone(w, self.n, self.model_bytes + 4, self.model_bytes)
-        self.engine.end_step(w, now, max(now - self.engine.t_sync[w] - own, 0.0),
-                             peers=self.n - 1, staleness=staleness)
+        wait = self.round_trip_wait(w, self.n, self.model_bytes + 4, self.model_bytes,
+                                    self.engine.t_sync[w], now)
+        self.engine.end_step(w, now, wait, peers=self.n - 1, staleness=staleness)
 
     def _take(self, w: int) -> None:
         """The server's optimizer step with w's gradient, then w takes the server's model (the

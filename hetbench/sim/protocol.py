@@ -144,6 +144,14 @@ class Protocol:
     def ready(self, w: int) -> None:
         self.engine.end_step(w, self.engine.now, 0.0)
 
+    def round_trip_wait(self, w: int, peer: int, push_bytes: float, pull_bytes: float,
+                        since: float, end: float) -> float:
+        """On a Cluster: what worker w's step from `since` to `end` waited beyond its own push
+        of push_bytes to `peer` and the pull back on idle links (the rest was queues and the
+        peer's turn)."""
+        own = self.net.round_trip_alone(w, peer, push_bytes, pull_bytes)
+        return max(end - since - own, 0.0)
+
     def finish(self, w: int, t: float) -> None:
         self.engine.done(w)
 
