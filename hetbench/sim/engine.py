@@ -97,7 +97,7 @@ class Engine:
         self._agree = config.seconds is not None and config.algorithm_class().synchronous
         self._agreeing: list[int] = []
         #: A Cluster's fair transport (`transport = "fair"`, sim/transport.py), or None.
-        cluster = getattr(self.network, "cluster", None)
+        cluster = self.network.cluster
         self.transport = (Transport(self, self.network)
                           if cluster is not None and cluster.config.transport == "fair"
                           else None)

@@ -275,10 +275,10 @@ class ComputeModel:
     def _samples(self, config: RunConfig) -> tuple[float, ...] | None:
         if self.constant_s is not None or self.fitted_from is None:
             return None
-        key = (config.workload, float(config.pace_ms))
-        own = self.fitted_by_algorithm.get((*key, config.algorithm))
+        own = self._own(config)
         if own:
             return own
+        key = (config.workload, float(config.pace_ms))
         if key not in self.fitted:
             have = ", ".join(f"{w} (pace {p:g} ms)" for w, p in sorted(self.fitted)) or "none"
             raise UserError(
@@ -286,6 +286,11 @@ class ComputeModel:
                 f"pace_ms {config.pace_ms:g} to fit compute from (fitted: {have}); "
                 "pass --compute-ms instead")
         return self.fitted[key]
+
+    def _own(self, config: RunConfig) -> tuple[float, ...] | None:
+        """The fitted iterations of config's own algorithm, workload and pace, if any."""
+        return self.fitted_by_algorithm.get(
+            (config.workload, float(config.pace_ms), config.algorithm))
 
     def _constant(self, config: RunConfig) -> float:
         pace = config.pace_ms / 1000
@@ -303,8 +308,7 @@ class ComputeModel:
         if self.constant_s is not None:
             return "constant (--compute-ms)"
         if self.fitted_from is not None:
-            whose = ("its own" if (config.workload, float(config.pace_ms), config.algorithm)
-                     in self.fitted_by_algorithm else "every algorithm's")
+            whose = "its own" if self._own(config) else "every algorithm's"
             return f"drawn from {whose} unslowed real iterations in {self.fitted_from}"
         return "emulated compute_ms" if config.compute == "emulated" else "pace_ms"
 
