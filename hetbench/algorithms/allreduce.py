@@ -326,6 +326,9 @@ class AllReduce(Algorithm):
 class AllReduceSim(Protocol):
     """Everyone waits for the last gradient, then one ring all-reduce per bucket."""
 
+    #: Its collectives run through after_rings (fair transport: as flows).
+    transport_ready = True
+
     def __init__(self, engine):
         super().__init__(engine)
         if self.config.compression != "none":
@@ -340,12 +343,13 @@ class AllReduceSim(Protocol):
         if len(self.arrived) < self.n:
             return
         start = self.engine.now  # events run in time order: the last arrival is now
-        active = self.engine.active
-        end = self.net.rings(range(self.n), self.buckets, start, active)
-        for x in self.arrived:
+        arrived, self.arrived = self.arrived, []
+        self.after_rings(range(self.n), self.buckets, start, self._reduced, start, arrived)
+
+    def _reduced(self, end, start, arrived):
+        for x in arrived:
             self.engine.end_step(x, end, start - self.engine.t_sync[x], peers=self.n - 1,
-                              staleness=0.0)
-        self.arrived = []
+                                 staleness=0.0)
 
     lockstep = True
 

@@ -228,6 +228,9 @@ class BatchBalanceSim(Protocol):
     measurements' 2 x workers numbers in the first). At each iteration's end the same
     plan_from_window over the simulated samples and seconds sets the next batches."""
 
+    #: Its collectives run through after_rings (fair transport: as flows).
+    transport_ready = True
+
     lockstep = True
 
     def __init__(self, engine):
@@ -276,11 +279,14 @@ class BatchBalanceSim(Protocol):
         if len(self.arrived) < self.n:
             return
         start = self.engine.now  # events run in time order: the last arrival is now
-        end = self.net.rings(range(self.n), self.buckets, start, self.engine.active)
         k = self.engine.iteration[w]
         fields = self._fields(k)
         self._after(k)  # before any step ends: the next iteration's work follows the plan
         arrived, self.arrived = self.arrived, []
+        self.after_rings(range(self.n), self.buckets, start, self._reduced, start, arrived,
+                         fields)
+
+    def _reduced(self, end, start, arrived, fields):
         for x in arrived:
             self.engine.end_step(x, end, start - self.engine.t_sync[x], fields[x],
                                  peers=self.n - 1, staleness=0.0)

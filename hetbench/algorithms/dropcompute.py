@@ -268,6 +268,9 @@ class DropComputeSim(Protocol):
     slowdown factor), then everyone waits for the last worker and all-reduces the buckets
     (the sample-weighted average: the same bytes, and a scalar)."""
 
+    #: Its collectives run through after_rings (fair transport: as flows).
+    transport_ready = True
+
     lockstep = True
 
     def __init__(self, engine):
@@ -326,13 +329,16 @@ class DropComputeSim(Protocol):
         if len(self.arrived) < self.n:
             return
         start = self.engine.now  # events run in time order: the last arrival is now
-        end = self.net.rings(range(self.n), self.buckets, start, self.engine.active)
         k = self.engine.iteration[w]
         fields = [self._fields(k, x) for x in range(self.n)]
-        for x in self.arrived:
+        arrived, self.arrived = self.arrived, []
+        self.after_rings(range(self.n), self.buckets, start, self._reduced, start, arrived,
+                         k, fields)
+
+    def _reduced(self, end, start, arrived, k, fields):
+        for x in arrived:
             self.engine.end_step(x, end, start - self.engine.t_sync[x], fields[x],
                                  peers=self.n - 1, staleness=0.0)
-        self.arrived = []
         self._after(k)
 
     def step_all(self, k, t_sync, full):

@@ -142,6 +142,9 @@ class LocalSGDSim(Protocol):
     `period`-th step, everyone waits for the last worker, then one ring all-reduce of the
     model (what `average_` over the worker ranks does)."""
 
+    #: Its collectives run through after_rings (fair transport: as flows).
+    transport_ready = True
+
     def __init__(self, engine, period: int | None = None):
         super().__init__(engine)
         self.period = period or self.config.period
@@ -156,11 +159,14 @@ class LocalSGDSim(Protocol):
         if len(self.arrived) < self.n:
             return
         start = self.engine.now  # events run in time order: the last arrival is now
-        end = self.net.ring(range(self.n), self.model_bytes, start, self.engine.active)
-        for x in self.arrived:
+        arrived, self.arrived = self.arrived, []
+        self.after_rings(range(self.n), (self.model_bytes,), start, self._averaged, start,
+                         arrived)
+
+    def _averaged(self, end, start, arrived):
+        for x in arrived:
             self.engine.end_step(x, end, start - self.engine.t_sync[x], peers=self.n - 1,
-                              staleness=0.0)
-        self.arrived = []
+                                 staleness=0.0)
 
     lockstep = True
 

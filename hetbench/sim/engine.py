@@ -118,6 +118,10 @@ class Engine:
             raise UserError(f"[network] transport = \"fair\": {self.config.algorithm}'s "
                             f"simulated protocol {protocol.__name__} does not post its "
                             f"receives yet; fair transport plays {', '.join(ready)}")
+        if self.network.cluster.config.collective != "ring":
+            raise UserError("[network] transport = \"fair\" moves ring collectives as flows; "
+                            f"collective = \"{self.network.cluster.config.collective}\" is not "
+                            "modeled as flows yet: use transport = \"fcfs\"")
         if self.injector.network_kind:
             raise UserError(f"[network] transport = \"fair\" with slowdown "
                             f"{self.config.slowdown!r}: slowed NICs are not modeled in fair "

@@ -144,6 +144,20 @@ class Protocol:
     def ready(self, w: int) -> None:
         self.engine.end_step(w, self.engine.now, 0.0)
 
+    def after_rings(self, members, sizes, at: float, then, *args) -> None:
+        """Ring all-reduces of each of `sizes` bytes in turn over `members` (all in at `at`),
+        then `then(end, *args)` at their end: at once, with the end the network's costs give,
+        or on a fair transport when the rings' flows have moved (sim/transport.py), with
+        `engine.now` then the end. The one way a protocol that plays "fair" runs a
+        collective."""
+        if self.transport is None:
+            then(self.net.rings(members, sizes, at, self.engine.active), *args)
+        else:
+            self.transport.rings(members, sizes, at, (self._ringed, then, args))
+
+    def _ringed(self, then, args) -> None:
+        then(self.engine.now, *args)
+
     def round_trip_wait(self, w: int, peer: int, push_bytes: float, pull_bytes: float,
                         since: float, end: float) -> float:
         """On a Cluster: what worker w's step from `since` to `end` waited beyond its own push
@@ -270,20 +284,27 @@ class Meetings:
             # its own optimizer step before it asked for the group; nothing else changes a
             # waiting member's model, so averaging now is averaging when they meet).
             learner.average_groups([members])
-        net = self.protocol.net
         start = max([a[1] for a in arrivals])
-        end = net.ring(members, self.protocol.model_bytes, start, self.protocol.engine.active)
+        setup_s = 0.0
         if self.caches.use(members):
             self.hits += 1
         else:
             self.misses += 1
-            end += net.group_setup_s
-        met = self.protocol.met
-        others = len(members) - 1
+            setup_s = self.protocol.net.group_setup_s
         gaps = iteration_gaps(self.protocol.engine.iteration, members)
+        if self.protocol.transport is None:  # the set-up's time, then the ring's
+            self._met(self.protocol.net.ring(members, self.protocol.model_bytes, start,
+                                             self.protocol.engine.active) + setup_s,
+                      start, arrivals, gaps)
+        else:  # the communicator is built before the ring's bytes move
+            self.protocol.after_rings(members, (self.protocol.model_bytes,), start + setup_s,
+                                      self._met, start, arrivals, gaps)
+        return True
+
+    def _met(self, end: float, start: float, arrivals: list, gaps: dict) -> None:
+        met, others = self.protocol.met, len(arrivals) - 1
         for x, t_x, payload_x in arrivals:
             met(x, end, start - t_x, payload_x, others, gaps[x] / others if others else 0.0)
-        return True
 
 
 def iteration_gaps(iteration: list[int], members: tuple[int, ...]) -> dict[int, int]:

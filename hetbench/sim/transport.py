@@ -16,8 +16,17 @@ send returns: once the rest of its bytes fit in the sender's socket buffer (gloo
 completes when its bytes are written to the socket, not when they leave the NIC), at once for
 a message of at most SOCKET_BUFFER_BYTES.
 
+A collective (`rings`: ring all-reduces over a set of members, one after another) moves as one
+flow per edge of its ring, each carrying the bytes the ring sends over that edge (2 (m - 1) / m
+of each all-reduce's bytes for m members), all started when the last member is in; it ends when
+its last edge's flow has moved, plus each ring step's latency. A real ring's steps wait for
+their slowest edge, so its edges move in lockstep; here an edge that shares no port with other
+traffic may finish early and leave its ports idle sooner than the real ring would. On links the
+ring has to itself, that is the ring formula (ClusterNetwork.ring): every edge at its rate.
+
 A protocol that plays "fair" must post every receive its real half posts, when it posts it (a
-message nobody receives never moves), and says so with `Protocol.transport_ready`; the engine
+message nobody receives never moves), send its collectives through `rings`
+(Protocol.after_rings does either), and says so with `Protocol.transport_ready`; the engine
 refuses "fair" for the others.
 """
 
@@ -42,6 +51,7 @@ class Transport:
 
     def __init__(self, engine, net):
         self.engine, self.net = engine, net
+        net.fair = True
         cluster = net.cluster
         self.flows = FlowNetwork([cluster.nic_rate(p // 2) for p in range(cluster.ports)])
         # gloo moves no message before its receive is posted, whatever its size.
@@ -66,7 +76,40 @@ class Transport:
         the first message of that stream not yet received may move."""
         self._later(self.engine.now if at is None else at, self._receive, dst, src, key)
 
+    def rings(self, members, sizes, at: float, done: tuple) -> None:
+        """Ring all-reduces of each of `sizes` bytes in turn over `members`, all in from `at`
+        (>= now): done = (fn, *args) is called when the last one ends."""
+        self._later(at, self._rings, tuple(sorted(set(members))), tuple(sizes), done)
+
     # -- fair ------------------------------------------------------------------------------
+    def _rings(self, ranks, sizes, done) -> None:
+        cluster, now = self.net.cluster, self.engine.now
+        m = len(ranks)
+        if m < 2 or not sizes:
+            done[0](*done[1:])
+            return
+        steps = 2 * (m - 1)
+        edge_bytes = steps * sum(sizes) / m
+        latency, started = 0.0, []
+        ring = [m, 0.0, done]  # edges still moving, the ring's latency, the callback
+        for i, src in enumerate(ranks):
+            dst = ranks[(i + 1) % m]
+            link_s, rate = cluster.link(src, dst, now)
+            latency = max(latency, link_s)
+            ports = (() if cluster.node[src] == cluster.node[dst]
+                     else (egress(src), ingress(dst)))
+            cap = cluster.config.inter_gbps * GBIT if ports else rate
+            started.append(self._flow((ports, cap, 0.0), edge_bytes, None,
+                                      (self._edge_done, ring), 0.0))
+        ring[1] = steps * len(sizes) * latency
+        self.flows.start_many(now, started)
+        self._schedule()
+
+    def _edge_done(self, ring: list) -> None:
+        ring[0] -= 1
+        if ring[0] == 0:
+            self._later(self.engine.now + ring[1], *ring[2])
+
     def _later(self, at: float, fn: Callable, *args) -> None:
         if at > self.engine.now:
             self.engine.at(at, fn, *args)

@@ -103,11 +103,17 @@ def test_a_send_larger_than_the_socket_buffer_returns_once_the_rest_fits(tmp_pat
 
 def test_fair_is_refused_for_a_protocol_that_does_not_post_receives_and_in_real_runs(
         tmp_path):
-    config = RunConfig(algorithm="prague-smart", workload="mlp-digits", workers=4, iterations=8,
-                       network={**LINKS, "transport": "fair"})
+    config = RunConfig(algorithm="allreduce-backup", workload="mlp-digits", workers=4,
+                       iterations=8, network={**LINKS, "transport": "fair"})
     with pytest.raises(UserError, match=r"does not post its receives yet; fair transport "
-                                        r"plays adpsgd, dpsgd, hop, ps-async, ps-sync, sgp$"):
+                                        r"plays adpsgd, allreduce, batch-balance, diloco, "
+                                        r"dpsgd, dropcompute, hop, local-sgd, prague-random, "
+                                        r"prague-smart, prague-static, ps-async, ps-sync, sgp$"):
         simulate(config, MODELS, tmp_path)
+    tree = RunConfig(algorithm="allreduce", workload="mlp-digits", workers=4, iterations=8,
+                     network={**LINKS, "transport": "fair", "collective": "tree"})
+    with pytest.raises(UserError, match="collective = \"tree\" is not modeled as flows"):
+        simulate(tree, MODELS, tmp_path)
     with pytest.raises(UserError, match="transport must be one of fcfs, fair"):
         RunConfig(algorithm="ps-sync", workload="mlp-digits", workers=4, iterations=8,
                   network={**LINKS, "transport": "tcp"})
@@ -187,3 +193,76 @@ def test_a_dpsgd_straggler_sends_to_both_neighbours_at_once(tmp_path):
         assert first == pytest.approx(2.0, rel=1e-6) and second == pytest.approx(2.0, rel=1e-6)
     for first, second in ends("fcfs"):
         assert min(first, second) == pytest.approx(1.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("algorithm", ["allreduce", "diloco", "prague-static", "prague-smart"])
+def test_rings_on_links_of_their_own_take_the_ring_formula(tmp_path, algorithm):
+    # A collective protocol's concurrent rings never share a rank's NIC (a rank is in one
+    # group at a time), so its rings' flows move at full rate: fair gives what fcfs gives.
+    ends = {}
+    for transport in ("fcfs", "fair"):
+        config = RunConfig(algorithm=algorithm, workload="mlp-digits", workers=4,
+                           iterations=6, slowdown="det:3@1", seed=2,
+                           network={**LINKS, "inter_latency_us": 50, "transport": transport})
+        result = simulate(config, MODELS, tmp_path / transport)
+        assert result.summary["status"] == "ok", result.summary["cause"]
+        ends[transport] = [e["t_end"] for r in range(4)
+                           for e in read_jsonl(result.run_dir / f"events.rank{r}.jsonl")[0]]
+    assert ends["fair"] == pytest.approx(ends["fcfs"], rel=1e-9)
+
+
+RING = 300_000  # bytes: an edge of 3 ranks carries 4/3 of it, 320 ms at 0.01 Gbit/s
+
+
+class RingAndMessage(Algorithm):
+    name = "test-ring-and-message"
+    description = "a ring over 3 workers while worker 0 sends worker 1 a message"
+
+    @classmethod
+    def simulated_protocol(cls):
+        return RingAndMessageSim
+
+    def step(self, ctx, model, optimizer):
+        return StepInfo(peers=0)
+
+
+class RingAndMessageSim(Protocol):
+    """Every iteration worker 0 sends MESSAGE bytes to worker 1 (posted at once) while all three
+    run a ring all-reduce of RING bytes; a step ends with the ring."""
+
+    transport_ready = True
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.arrived = []
+
+    def ready(self, w):
+        now = self.engine.now
+        if w == 0:
+            self.transport.post_receive(1, 0)
+            self.transport.send(0, 1, MESSAGE, now, (lambda: None,))
+        self.arrived.append(w)
+        if len(self.arrived) == 3:
+            self.after_rings(range(3), (RING,), now, self._end, self.arrived)
+            self.arrived = []
+
+    def _end(self, end, arrived):
+        for x in arrived:
+            self.engine.end_step(x, end, 0.0, peers=2)
+
+
+def test_a_ring_shares_its_links_with_a_message(tmp_path, monkeypatch):
+    ALGORITHMS.names()
+    monkeypatch.setitem(ALGORITHMS._targets, RingAndMessage.name, RingAndMessage)
+    config = RunConfig(algorithm=RingAndMessage.name, workload="mlp-digits", workers=3,
+                       iterations=2, warmup_iterations=1, network={**LINKS, "transport": "fair"})
+    result = simulate(config, MODELS, tmp_path)
+    assert result.summary["status"] == "ok", result.summary["cause"]
+    event = read_jsonl(result.run_dir / "events.rank2.jsonl")[0][0]
+    took = (event["t_end"] - event["t_start"]) / 1e9 - COMPUTE_S
+    rate, edge = NIC_GBPS * GBIT, 2 * 2 * RING / 3
+    # Edge 0 -> 1 shares worker 0's egress and worker 1's ingress with the message: half each
+    # until the message is in (2 MESSAGE / rate), then the edge's rest at full rate. The ring
+    # waits for that edge.
+    assert took == pytest.approx((edge + MESSAGE) / rate, rel=1e-6)
+    assert took > edge / rate * 1.2

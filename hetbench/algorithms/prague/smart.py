@@ -134,6 +134,9 @@ class PragueGeneratedSim(Protocol):
     machine), so requests queue when many workers ask at once.
     """
 
+    #: Its collectives run through after_rings (fair transport: as flows).
+    transport_ready = True
+
     def __init__(self, engine):
         super().__init__(engine)
         cls = engine.config.algorithm_class()

@@ -97,6 +97,9 @@ class PragueStatic(PragueBase):
 class PragueStaticSim(Protocol):
     """The paper's fixed schedule; the first worker to stop fixes a last synchronized step."""
 
+    #: Its collectives run through after_rings (fair transport: as flows).
+    transport_ready = True
+
     def __init__(self, engine):
         super().__init__(engine)
         self.end_margin = END_MARGIN
