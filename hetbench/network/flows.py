@@ -301,6 +301,10 @@ class FlowNetwork:
         share changes (a version number marks the old one stale)."""
         flows, comp_ports = self._component(ports, new)
         self.last_recompute = len(flows)
+        if len(flows) == 1:  # alone on its ports (the commonest case): its narrowest bound
+            f = flows[0]
+            self._set_rate(f, min([f.cap, *(self._capacity[p] for p in f.ports)]))
+            return
         on_port = self._on_port
         residual = {p: self._capacity[p] for p in comp_ports}
         unfrozen = {p: len(on_port[p]) for p in comp_ports}
@@ -341,16 +345,17 @@ class FlowNetwork:
                 if unfrozen[q]:
                     heapq.heappush(heap, (max(level, residual[q] / unfrozen[q]), 0, q,
                                           version[q]))
-        now = self._now
-        for f in flows:
-            rate = rates.get(id(f), math.inf)  # unfrozen: no finite port or cap bounds it
-            if rate != f.rate:
-                # Bank the progress at the old rate up to now, then go on at the new one.
-                f.left = f.left_at(now)
-                f.at = now
-                f.rate = rate
-                f.version += 1
-                self._push(f)
+        for f in flows:  # unfrozen: no finite port or cap bounds it
+            self._set_rate(f, rates.get(id(f), math.inf))
+
+    def _set_rate(self, f: _Flow, rate: float) -> None:
+        if rate != f.rate:
+            # Bank the progress at the old rate up to now, then go on at the new one.
+            f.left = f.left_at(self._now)
+            f.at = self._now
+            f.rate = rate
+            f.version += 1
+            self._push(f)
 
 
 #: A receive's source meaning any sender (MPI's MPI_ANY_SOURCE; Hop's receiving thread).

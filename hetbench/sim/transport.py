@@ -62,6 +62,10 @@ class Transport:
         self._moving: dict[int, tuple] = {}
         #: The pending completion check's number: a newer one makes older ones stale.
         self._check = 0
+        #: When the pending check runs (inf: none pending).
+        self._check_at = float("inf")
+        #: The inter-node link's rate, which bounds every flow between nodes.
+        self._inter = cluster.config.inter_gbps * GBIT
 
     def send(self, src: int, dst: int, nbytes: float, at: float, delivered: tuple,
              sent: tuple | None = None, key: Hashable = 0) -> None:
@@ -96,14 +100,15 @@ class Transport:
             dst = ranks[(i + 1) % m]
             link_s, rate = cluster.link(src, dst, now)
             latency = max(latency, link_s)
-            ports = (() if cluster.node[src] == cluster.node[dst]
-                     else (egress(src), ingress(dst)))
-            cap = cluster.config.inter_gbps * GBIT if ports else rate
-            started.append(self._flow((ports, cap, 0.0), edge_bytes, None,
-                                      (self._edge_done, ring), 0.0))
+            if cluster.node[src] == cluster.node[dst]:  # the node's bus: shared with nobody
+                self.engine.at(now + edge_bytes / rate, self._edge_done, ring)
+            else:
+                started.append(self._flow(((egress(src), ingress(dst)), self._inter, 0.0),
+                                          edge_bytes, None, (self._edge_done, ring), 0.0))
         ring[1] = steps * len(sizes) * latency
-        self.flows.start_many(now, started)
-        self._schedule()
+        if started:
+            self.flows.start_many(now, started)
+            self._schedule()
 
     def _edge_done(self, ring: list) -> None:
         ring[0] -= 1
@@ -126,26 +131,32 @@ class Transport:
 
     def _start(self, matches) -> None:
         """Each matched message's flow, from now: over both NICs between nodes (limited to
-        the inter-node link as well), over none inside a node (the node's own bus, which the
-        model does not share, as it does not queue there). A message larger than the socket
-        buffer returns its send once the rest fits, and its flow goes on with the buffer's bytes."""
+        the inter-node link as well); inside a node, at the node's bus rate with no flow (the
+        model does not share the bus, as it does not queue there). A message larger than the
+        socket buffer returns its send once the rest fits, and its flow goes on with the
+        buffer's bytes."""
         cluster, now, started, returned = self.net.cluster, self.engine.now, [], []
         for m in matches:
             latency, rate = cluster.link(m.src, m.dst, now)
-            ports = (() if cluster.node[m.src] == cluster.node[m.dst]
-                     else (egress(m.src), ingress(m.dst)))
-            # Between nodes the NICs are shared ports and the switch's link bounds the flow.
-            cap = cluster.config.inter_gbps * GBIT if ports else rate
             delivered, sent = m.payload
             buffered = min(m.nbytes, SOCKET_BUFFER_BYTES)
+            if cluster.node[m.src] == cluster.node[m.dst]:
+                self.engine.at(now + m.nbytes / rate + latency, *delivered)
+                if sent is not None:
+                    if m.nbytes > buffered:
+                        self.engine.at(now + (m.nbytes - buffered) / rate, *sent)
+                    else:
+                        returned.append(sent)
+                continue
+            # Between nodes the NICs are shared ports and the switch's link bounds the flow.
+            link = ((egress(m.src), ingress(m.dst)), self._inter, latency)
             if m.nbytes > buffered:  # the send returns once the rest fits in the buffer
-                started.append(self._flow((ports, cap, latency), m.nbytes - buffered, sent,
-                                          delivered, buffered))
+                started.append(self._flow(link, m.nbytes - buffered, sent, delivered,
+                                          buffered))
             else:
                 if sent is not None:
                     returned.append(sent)
-                started.append(self._flow((ports, cap, latency), m.nbytes, None, delivered,
-                                          0.0))
+                started.append(self._flow(link, m.nbytes, None, delivered, 0.0))
         if started:
             self.flows.start_many(now, started)
             self._schedule()
@@ -159,17 +170,24 @@ class Transport:
         return fid, ports, nbytes, cap
 
     def _schedule(self) -> None:
+        """A check at the next completion, unless one is pending no later (a check that finds
+        nothing due, its flows slowed since, schedules the next)."""
         following = self.flows.next_completion()
         if following is None:
             return
+        at = max(following[0], self.engine.now)
+        if at >= self._check_at:
+            return
         self._check += 1
-        self.engine.at(max(following[0], self.engine.now), self._complete, self._check)
+        self._check_at = at
+        self.engine.at(at, self._complete, self._check)
 
     def _complete(self, check: int) -> None:
         """The flows done by now leave their ports: their senders' sends return now, and each
         message is delivered a latency later."""
-        if check != self._check:  # a flow started or ended since: a newer check is due
+        if check != self._check:  # an earlier check was scheduled since: it ran instead
             return
+        self._check_at = float("inf")
         now = self.engine.now
         self.flows.advance(now)
         done = self.flows.due()

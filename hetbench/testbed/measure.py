@@ -2,7 +2,7 @@
 rate of a bulk TCP transfer (tbf counts frames with their headers; hetbench's network model
 counts payload) and the round trip of a one-byte ping-pong. A `[network]` table that models
 the bed takes these, not the rate the link was shaped to (benchmarks/shaped_links.py,
-benchmarks/bed8_fair.py, tests/distributed/test_fair_transport_bed.py); and the matrix those
+benchmarks/fair_bed.py, tests/distributed/test_fair_transport_bed.py); and the matrix those
 compare on, a step bound by the link."""
 
 from __future__ import annotations
@@ -70,12 +70,23 @@ def network_table(link: dict, **options) -> str:
     return "\n" + "\n".join(lines) + "\n"
 
 
+#: Options that keep each algorithm's traffic in a link-bound bed's few workers: groups of two
+#: for Prague (two groups at a time at 4 workers), and an outer all-reduce every 4 steps for
+#: DiLoCo (its default 20 would leave 40 iterations two all-reduces).
+LINK_BOUND_OPTIONS = {"prague-static": "workers_per_node = 2", "prague-smart": "group_size = 2",
+                      "diloco": "inner_steps = 4"}
+
+
 def link_bound_matrix(name: str, algorithms: list[str], workers: int,
                       iterations: int = 40) -> str:
     """A matrix whose every step is bound by a shaped bed's link rather than its compute:
     mlp-digits with a 1,024-unit hidden layer (307 KB messages) and 20 ms of emulated compute,
-    one seed, listening on every address (ranks on other hosts reach the run's services)."""
+    one seed, listening on every address (ranks on other hosts reach the run's services), with
+    LINK_BOUND_OPTIONS for the algorithms it names."""
+    options = "".join(f"\n[algorithm.{a}]\n{LINK_BOUND_OPTIONS[a]}\n"
+                      for a in algorithms if a in LINK_BOUND_OPTIONS)
     return (f'name = "{name}"\nalgorithms = {json.dumps(algorithms)}\n'
             f'workloads = ["mlp-digits"]\nworkers = [{workers}]\niterations = {iterations}\n'
             'seeds = [1]\nbind_host = "0.0.0.0"\ncomm_timeout_s = 60.0\n\n'
-            '[workload.mlp-digits]\ncompute = "emulated"\ncompute_ms = 20\nhidden = 1024\n')
+            '[workload.mlp-digits]\ncompute = "emulated"\ncompute_ms = 20\nhidden = 1024\n'
+            + options)

@@ -195,15 +195,18 @@ def test_a_dpsgd_straggler_sends_to_both_neighbours_at_once(tmp_path):
         assert min(first, second) == pytest.approx(1.0, rel=1e-6)
 
 
+@pytest.mark.parametrize("per_node", [1, 2])
 @pytest.mark.parametrize("algorithm", ["allreduce", "diloco", "prague-static", "prague-smart"])
-def test_rings_on_links_of_their_own_take_the_ring_formula(tmp_path, algorithm):
+def test_rings_on_links_of_their_own_take_the_ring_formula(tmp_path, algorithm, per_node):
     # A collective protocol's concurrent rings never share a rank's NIC (a rank is in one
-    # group at a time), so its rings' flows move at full rate: fair gives what fcfs gives.
+    # group at a time), so its rings' flows move at full rate, inside a node at the node's
+    # bus rate: fair gives what fcfs gives.
     ends = {}
     for transport in ("fcfs", "fair"):
         config = RunConfig(algorithm=algorithm, workload="mlp-digits", workers=4,
                            iterations=6, slowdown="det:3@1", seed=2,
-                           network={**LINKS, "inter_latency_us": 50, "transport": transport})
+                           network={**LINKS, "inter_latency_us": 50, "transport": transport,
+                                    "workers_per_node": per_node, "intra_gbps": 0.05})
         result = simulate(config, MODELS, tmp_path / transport)
         assert result.summary["status"] == "ok", result.summary["cause"]
         ends[transport] = [e["t_end"] for r in range(4)
@@ -266,3 +269,20 @@ def test_a_ring_shares_its_links_with_a_message(tmp_path, monkeypatch):
     # waits for that edge.
     assert took == pytest.approx((edge + MESSAGE) / rate, rel=1e-6)
     assert took > edge / rate * 1.2
+
+
+def test_a_message_inside_a_node_moves_at_the_buses_rate(tmp_path):
+    # D-PSGD's ring on 2-worker nodes: each worker's model goes to one neighbour inside its
+    # node (at the bus's rate, shared with nobody) and one on the next node (over the NICs).
+    config = RunConfig(algorithm="dpsgd", workload="mlp-digits", workers=4, iterations=3,
+                       warmup_iterations=1,
+                       network={**LINKS, "workers_per_node": 2, "intra_gbps": NIC_GBPS / 2,
+                                "transport": "fair"})
+    result = simulate(config, MODELS, tmp_path)
+    assert result.summary["status"] == "ok", result.summary["cause"]
+    event = read_jsonl(result.run_dir / "events.rank0.jsonl")[0][0]
+    message_s = layout(config).model_bytes / (NIC_GBPS * GBIT)
+    took = (event["t_end"] - event["t_start"]) / 1e9 - COMPUTE_S
+    # The step waits for both neighbours' models: the one across nodes takes a NIC's
+    # message time, the one inside the node, on a bus half as fast, twice that.
+    assert took == pytest.approx(2 * message_s, rel=0.01)
