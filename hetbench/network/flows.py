@@ -32,7 +32,7 @@ import math
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 #: A flow's remaining bytes within this share of its size count as none (float round-off of
 #: rate x time); a flow whose remainder is that small is complete.
@@ -159,9 +159,15 @@ class FlowNetwork:
                                      f"{len(self._capacity) - 1})")
             ids.add(flow_id)
             new.append((flow_id, unique, float(nbytes), float(cap)))
+        self.start_checked(t, new)
+
+    def start_checked(self, t: float, flows: list[tuple]) -> None:
+        """start_many for flows its caller has made valid: each (flow_id, ports, nbytes, cap)
+        with a new id, distinct existing ports, finite nbytes >= 0 and cap > 0 (the simulator's
+        transport, which starts a flow for every message it moves)."""
         self.advance(t)
         moving: list[_Flow] = []
-        for flow_id, ports, nbytes, cap in new:
+        for flow_id, ports, nbytes, cap in flows:
             flow = _Flow(flow_id, self._seq, ports, nbytes, t, cap)
             self._seq += 1
             self._flows[flow_id] = flow
@@ -175,7 +181,12 @@ class FlowNetwork:
                 self._on_port[p][flow_id] = flow
             moving.append(flow)
         self.last_recompute = 0
-        if moving:
+        if len(moving) == 1 and all(len(self._on_port[p]) == 1 for p in moving[0].ports):
+            # Alone on its ports (the commonest start): no other flow's rate changes.
+            self.last_recompute = 1
+            self._set_rate(moving[0], min([moving[0].cap,
+                                           *(self._capacity[p] for p in moving[0].ports)]))
+        elif moving:
             self._recompute([p for f in moving for p in f.ports], moving)
 
     def finish(self, flow_id: Hashable, t: float | None = None) -> None:
@@ -191,6 +202,10 @@ class FlowNetwork:
         for flow_id in flow_ids:
             if flow_id not in self._flows:
                 raise KeyError(flow_id)  # before removing any: all or none
+        self.finish_checked(flow_ids)
+
+    def finish_checked(self, flow_ids: list) -> None:
+        """finish_many at the network's time for flows its caller knows are in it (due()'s)."""
         freed: list[int] = []
         for flow_id in flow_ids:
             flow = self._flows.pop(flow_id)
@@ -200,6 +215,7 @@ class FlowNetwork:
         # Removing flows may split their components; recomputing from each freed port reaches
         # every piece, and progressive filling over disjoint components is each one's own.
         self.last_recompute = 0
+        freed = [p for p in freed if self._on_port[p]]  # ports left with flows to speed up
         if freed:
             self._recompute(freed, [])
 
@@ -301,7 +317,7 @@ class FlowNetwork:
         share changes (a version number marks the old one stale)."""
         flows, comp_ports = self._component(ports, new)
         self.last_recompute = len(flows)
-        if len(flows) == 1:  # alone on its ports (the commonest case): its narrowest bound
+        if len(flows) == 1:  # alone on its ports: its narrowest bound
             f = flows[0]
             self._set_rate(f, min([f.cap, *(self._capacity[p] for p in f.ports)]))
             return
@@ -362,12 +378,12 @@ class FlowNetwork:
 ANY = -1
 
 
-@dataclass(frozen=True)
-class Match:
+class Match(NamedTuple):
     """A message paired with what lets its bytes move. `start`: when they may begin (sent_at
     for an eager message; max(sent_at, received_at) for a rendezvous one). received_at: when
     the matching receive was posted, None while an eager message has none yet. `eager`: the
-    message is at most the eager threshold (its bytes started at its send)."""
+    message is at most the eager threshold (its bytes started at its send). A named tuple:
+    one is made for every message, and a frozen dataclass is several times slower to make."""
 
     src: int
     dst: int
@@ -455,13 +471,14 @@ class Rendezvous:
         if not nbytes >= 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
         eager = nbytes <= self.eager_bytes
-        message = _Message(src, dst, key, nbytes, payload, t, self._seq, eager)
         self._seq += 1
         # Invariant: a receive waits only while no message it could take does, so a new
         # message either pairs with the earliest posted receive that can take it or waits.
         receive = self._take_receive(src, dst, key)
         if receive is not None:
-            return [message.match(receive)]
+            return [Match(src, dst, key, nbytes, payload, t, receive,
+                          t if eager else max(t, receive), eager)]
+        message = _Message(src, dst, key, nbytes, payload, t, self._seq - 1, eager)
         stream = (src, dst, key)
         self._stream.setdefault(stream, deque()).append(message)
         self._to_dst.setdefault((dst, key), OrderedDict())[message.seq] = message
@@ -480,7 +497,10 @@ class Rendezvous:
             self._seq += 1
             queues = self._any if src == ANY else self._receives
             where = (dst, key) if src == ANY else (src, dst, key)
-            queues.setdefault(where, deque()).append((self._seq, t))
+            waiting = queues.get(where)
+            if waiting is None:
+                waiting = queues[where] = deque()
+            waiting.append((self._seq, t))
             self._waiting_receives += 1
             return []
         if message.eager:

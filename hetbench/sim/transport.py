@@ -64,6 +64,8 @@ class Transport:
         self._check = 0
         #: When the pending check runs (inf: none pending).
         self._check_at = float("inf")
+        #: (latency, rate, inside one node) by (src, dst), as messages ask (_link).
+        self._links: dict[tuple[int, int], tuple[float, float, bool]] = {}
         #: The inter-node link's rate, which bounds every flow between nodes.
         self._inter = cluster.config.inter_gbps * GBIT
 
@@ -72,13 +74,19 @@ class Transport:
         """A message of nbytes from src to dst, posted at `at` (>= now) on stream `key`:
         `delivered` = (fn, *args) is called when it arrives, `sent` = (fn, *args) when its
         bytes are out of src."""
-        self._later(at, self._send, src, dst, nbytes, delivered, sent, key)
+        if at > self.engine.now:
+            self.engine.at(at, self._send, src, dst, nbytes, delivered, sent, key)
+        else:
+            self._send(src, dst, nbytes, delivered, sent, key)
 
     def post_receive(self, dst: int, src: int, key: Hashable = 0,
                      at: float | None = None) -> None:
         """dst posts a receive from src (or ANY source) on stream `key` at `at` (default now):
         the first message of that stream not yet received may move."""
-        self._later(self.engine.now if at is None else at, self._receive, dst, src, key)
+        if at is not None and at > self.engine.now:
+            self.engine.at(at, self._receive, dst, src, key)
+        else:
+            self._receive(dst, src, key)
 
     def rings(self, members, sizes, at: float, done: tuple) -> None:
         """Ring all-reduces of each of `sizes` bytes in turn over `members`, all in from `at`
@@ -87,7 +95,7 @@ class Transport:
 
     # -- fair ------------------------------------------------------------------------------
     def _rings(self, ranks, sizes, done) -> None:
-        cluster, now = self.net.cluster, self.engine.now
+        now = self.engine.now
         m = len(ranks)
         if m < 2 or not sizes:
             done[0](*done[1:])
@@ -98,16 +106,16 @@ class Transport:
         ring = [m, 0.0, done]  # edges still moving, the ring's latency, the callback
         for i, src in enumerate(ranks):
             dst = ranks[(i + 1) % m]
-            link_s, rate = cluster.link(src, dst, now)
+            link_s, rate, inside = self._link(src, dst)
             latency = max(latency, link_s)
-            if cluster.node[src] == cluster.node[dst]:  # the node's bus: shared with nobody
+            if inside:  # the node's bus: shared with nobody
                 self.engine.at(now + edge_bytes / rate, self._edge_done, ring)
             else:
                 started.append(self._flow(((egress(src), ingress(dst)), self._inter, 0.0),
                                           edge_bytes, None, (self._edge_done, ring), 0.0))
         ring[1] = steps * len(sizes) * latency
         if started:
-            self.flows.start_many(now, started)
+            self.flows.start_checked(now, started)
             self._schedule()
 
     def _edge_done(self, ring: list) -> None:
@@ -122,12 +130,15 @@ class Transport:
             fn(*args)
 
     def _send(self, src, dst, nbytes, delivered, sent, key) -> None:
-        self._start(self.rendezvous.send(src, dst, key, nbytes, self.engine.now,
-                                         (delivered, sent)))
+        matched = self.rendezvous.send(src, dst, key, nbytes, self.engine.now,
+                                       (delivered, sent))
+        if matched:
+            self._start(matched)
 
     def _receive(self, dst, src, key) -> None:
-        self._start(m for m in self.rendezvous.post_receive(dst, src, key, self.engine.now)
-                    if not m.eager)
+        matched = self.rendezvous.post_receive(dst, src, key, self.engine.now)
+        if matched:  # most receives are posted before their message is sent
+            self._start([m for m in matched if not m.eager])
 
     def _start(self, matches) -> None:
         """Each matched message's flow, from now: over both NICs between nodes (limited to
@@ -135,12 +146,12 @@ class Transport:
         model does not share the bus, as it does not queue there). A message larger than the
         socket buffer returns its send once the rest fits, and its flow goes on with the
         buffer's bytes."""
-        cluster, now, started, returned = self.net.cluster, self.engine.now, [], []
+        now, started, returned = self.engine.now, [], []
         for m in matches:
-            latency, rate = cluster.link(m.src, m.dst, now)
+            latency, rate, inside = self._link(m.src, m.dst)
             delivered, sent = m.payload
             buffered = min(m.nbytes, SOCKET_BUFFER_BYTES)
-            if cluster.node[m.src] == cluster.node[m.dst]:
+            if inside:
                 self.engine.at(now + m.nbytes / rate + latency, *delivered)
                 if sent is not None:
                     if m.nbytes > buffered:
@@ -158,10 +169,20 @@ class Transport:
                     returned.append(sent)
                 started.append(self._flow(link, m.nbytes, None, delivered, 0.0))
         if started:
-            self.flows.start_many(now, started)
+            self.flows.start_checked(now, started)
             self._schedule()
         for sent in returned:
             sent[0](*sent[1:])
+
+    def _link(self, src: int, dst: int) -> tuple[float, float, bool]:
+        """(latency, rate, inside one node) from src to dst: fixed for a run under fair (no
+        network slowdown), so looked up once per pair."""
+        link = self._links.get((src, dst))
+        if link is None:
+            cluster = self.net.cluster
+            link = self._links[(src, dst)] = (*cluster.link(src, dst),
+                                              cluster.node[src] == cluster.node[dst])
+        return link
 
     def _flow(self, link: tuple, nbytes: float, sent, delivered, rest: float) -> tuple:
         fid = next(self._ids)
@@ -206,7 +227,7 @@ class Transport:
                 self.engine.at(now + link[2], *delivered)
             else:
                 calls.append(delivered)
-        self.flows.finish_many(finished)
+        self.flows.finish_checked(finished)
         self._schedule()
         for call in calls:
             call[0](*call[1:])
