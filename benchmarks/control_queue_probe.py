@@ -28,7 +28,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hetbench import testbed  # noqa: E402
-from hetbench.testbed.measure import link_bound_matrix, measure_link  # noqa: E402
+from hetbench.testbed.measure import (  # noqa: E402
+    link_bound_matrix,
+    measure_link,
+    run_across,
+)
 
 HOSTS = 5
 CONTROL_BYTES = 200  # a payload this small is a control message, not a message's data
@@ -98,13 +102,7 @@ def main() -> None:
         capture = bed.popen(server_host, ["tcpdump", "-i", "eth0", "-s", "96", "-w", str(pcap),
                                           "tcp"], stderr=subprocess.DEVNULL)
         time.sleep(1)
-        slots = ",".join(f"h{i}:1" for i in range(1, HOSTS + 1))
-        agent = f"{sys.executable} -m hetbench testbed rsh --name {name}"
-        done = bed.run("h1", [sys.executable, "-m", "hetbench", "run", str(matrix),
-                              "--launcher", "torchrun", "--hosts", slots, "--rsh-agent", agent,
-                              "--out", str(work / "out")],
-                       capture_output=True, text=True, cwd=ROOT, stdin=subprocess.DEVNULL,
-                       timeout=600)
+        done = run_across(bed, HOSTS, matrix, work / "out", timeout=600)
         capture.terminate()
         capture.wait(timeout=30)
         if done.returncode:

@@ -37,6 +37,7 @@ from hetbench.testbed.measure import (  # noqa: E402
     link_bound_matrix,
     measure_link,
     network_table,
+    run_across,
 )
 
 ALGORITHMS = ["allreduce", "ps-sync", "ps-async", "dpsgd", "adpsgd", "hop", "prague-static",
@@ -104,18 +105,12 @@ def median_compute_ms(run_dir: Path) -> float:
     return statistics.median(computes) * 1e3 if computes else float("nan")
 
 
-def shaped_run(bed, name: str, hosts: int, matrix: Path, out: Path) -> dict:
+def shaped_run(bed, hosts: int, matrix: Path, out: Path) -> dict:
     """Each algorithm's summary of the matrix run across the bed, with its median compute and
     the host's CPU busy share over its training iterations."""
-    slots = ",".join(f"h{i}:1" for i in range(1, hosts + 1))
-    agent = f"{sys.executable} -m hetbench testbed rsh --name {name}"
     sampler = CpuSampler()
     sampler.start()
-    done = bed.run("h1", [sys.executable, "-m", "hetbench", "run", str(matrix), "--launcher",
-                          "torchrun", "--hosts", slots, "--rsh-agent", agent, "--out",
-                          str(out)],
-                   capture_output=True, text=True, cwd=ROOT, stdin=subprocess.DEVNULL,
-                   timeout=1800)
+    done = run_across(bed, hosts, matrix, out)
     sampler.stop()
     if done.returncode:
         raise SystemExit(f"shaped run failed: {done.stderr[-2000:]}")
@@ -161,7 +156,7 @@ def main() -> None:
                     testbed.shape_link(bed, host, rate, queue_ms=args.queue_ms)
                 link = measure_link(bed)
                 for workers, matrix in matrices.items():
-                    shaped.update(shaped_run(bed, name, hosts, matrix,
+                    shaped.update(shaped_run(bed, hosts, matrix,
                                              work / f"shaped-{hosts}-{rate}-{workers}"))
             finally:
                 testbed.down(name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 #: The server and client halves of measure_link: a ping-pong, then a bulk transfer from the
 #: client (after 4 MB past tbf's burst and TCP's slow start).
@@ -90,3 +91,14 @@ def link_bound_matrix(name: str, algorithms: list[str], workers: int,
             'seeds = [1]\nbind_host = "0.0.0.0"\ncomm_timeout_s = 60.0\n\n'
             '[workload.mlp-digits]\ncompute = "emulated"\ncompute_ms = 20\nhidden = 1024\n'
             + options)
+
+
+def run_across(bed, hosts: int, matrix: Path, out: Path,
+               timeout: float = 1800) -> subprocess.CompletedProcess:
+    """`bench run MATRIX --out OUT` from h1 across the bed's hosts h1..h<hosts>, one rank a
+    host (torchrun through the bed's own rsh agent), its output captured."""
+    slots = ",".join(f"h{i}:1" for i in range(1, hosts + 1))
+    agent = f"{sys.executable} -m hetbench testbed rsh --name {bed.name}"
+    return bed.run("h1", [sys.executable, "-m", "hetbench", "run", str(matrix), "--launcher",
+                          "torchrun", "--hosts", slots, "--rsh-agent", agent, "--out", str(out)],
+                   capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout)

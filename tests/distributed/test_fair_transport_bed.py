@@ -18,7 +18,12 @@ from pathlib import Path
 import pytest
 
 from hetbench import testbed
-from hetbench.testbed.measure import link_bound_matrix, measure_link, network_table
+from hetbench.testbed.measure import (
+    link_bound_matrix,
+    measure_link,
+    network_table,
+    run_across,
+)
 from tests.helpers import NEEDS_TEST_BED
 
 pytestmark = [
@@ -47,13 +52,7 @@ def test_hops_shaped_run_is_within_10_percent_of_its_fair_simulation(tmp_path):
         link = measure_link(bed)
         shaped_matrix = tmp_path / "shaped.toml"
         shaped_matrix.write_text(MATRIX)
-        hosts = ",".join(f"h{i}:1" for i in range(1, HOSTS + 1))
-        agent = f"{sys.executable} -m hetbench testbed rsh --name {name}"
-        done = bed.run("h1", [sys.executable, "-m", "hetbench", "run", str(shaped_matrix),
-                              "--launcher", "torchrun", "--hosts", hosts, "--rsh-agent", agent,
-                              "--out", str(tmp_path / "shaped")],
-                       capture_output=True, text=True, cwd=ROOT, stdin=subprocess.DEVNULL,
-                       timeout=600)
+        done = run_across(bed, HOSTS, shaped_matrix, tmp_path / "shaped", timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
     finally:
         testbed.down(name)
