@@ -42,7 +42,7 @@ from hetbench.testbed.measure import (  # noqa: E402
 
 ALGORITHMS = ["allreduce", "ps-sync", "ps-async", "dpsgd", "adpsgd", "hop", "prague-static",
               "prague-smart", "sgp", "diloco"]
-SERVERS = {"ps-sync", "ps-async"}
+SERVERS = {"ps-sync", "ps-async", "allreduce-backup", "async-diloco"}  # a server rank each
 
 
 def cpu_ticks() -> tuple[int, int]:

@@ -24,6 +24,7 @@ gradients are dropped too, so every update is the mean of exactly n - b gradient
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +34,7 @@ from hetbench.core.options import opt
 from hetbench.core.tensors import flat_grads, flat_params, set_flat_grads, set_flat_params
 from hetbench.errors import UserError
 from hetbench.sim.protocol import Protocol
+from hetbench.sim.transport import ANY
 
 GRAD_TAG = 41
 PARAMS_TAG = 42
@@ -172,9 +174,16 @@ class AllReduceBackupSim(Protocol):
     """
 
     servers = 1
+    transport_ready = True
 
     def __init__(self, engine):
         super().__init__(engine)
+        if self.transport is not None:  # serve(): one receive from any worker at a time
+            #: Replies the aggregator is to send, one blocking send after another.
+            self._outbox: deque[tuple[int, bool, dict]] = deque()
+            self._sending = False
+            self._receive_posted = True
+            self.transport.post_receive(self.n, ANY, GRAD_TAG)
         beta = self.net.beta_bytes_per_s
         self.push = (self.model_bytes + 8) / beta
         self.pull = (self.model_bytes + 12) / beta
@@ -191,6 +200,12 @@ class AllReduceBackupSim(Protocol):
 
     def ready(self, w):
         net = self.net
+        if self.transport is not None:  # a blocking send, then the receive of the reply
+            self.transport.send(w, self.n, self.model_bytes + 8, self.engine.now,
+                                (self._taken_fair, w),
+                                sent=(self.transport.post_receive, w, self.n, PARAMS_TAG),
+                                key=GRAD_TAG)
+            return
         hop, cpu = net.hop(self.engine.active), net.cpu_s
         if net.cluster is None:
             arrive = self.engine.now + hop + self.push
@@ -202,6 +217,11 @@ class AllReduceBackupSim(Protocol):
         if (order := self.engine.recorded_order) is not None:
             self._follow(w, order)
             return
+        self._take(w)
+
+    def _take(self, w: int) -> None:
+        """The aggregator takes w's gradient: dropped if computed on a replaced model or too
+        few workers are left to fill a step, else it joins the open step."""
         if self.pulled[w] != self.version or self.live < self.quorum:
             self._drop(w)
             return
@@ -247,12 +267,10 @@ class AllReduceBackupSim(Protocol):
             for x in self.joined:
                 learner.take_server(x)
         for x in self.joined:
-            end, own = self._reply_to(x)
             staleness = self.version - self.pulled[x] - 1
             self.pulled[x] = self.version
-            self.engine.end_step(x, end, end - self.engine.t_sync[x] - own, peers=self.quorum - 1,
-                              staleness=float(staleness),
-                              fields={"dropped": False, "version": self.version})
+            self._answer(x, True, peers=self.quorum - 1, staleness=float(staleness),
+                         fields={"dropped": False, "version": self.version})
         self.joined = []
 
     def stats(self):
@@ -265,12 +283,20 @@ class AllReduceBackupSim(Protocol):
         if (learner := self.engine.learner) is not None:
             learner.gradient(w)  # computed, and thrown away
             learner.take_server(w)
-        end, _ = self._reply_to(w)
         staleness = self.version - self.pulled[w]
         self.pulled[w] = self.version
-        self.engine.end_step(w, end, 0.0, peers=self.quorum if self.version else 0,
-                          staleness=float(staleness), discarded=True,
-                          fields={"dropped": True, "version": self.version})
+        self._answer(w, False, peers=self.quorum if self.version else 0,
+                     staleness=float(staleness), discarded=True,
+                     fields={"dropped": True, "version": self.version})
+
+    def _answer(self, x: int, used: bool, **step) -> None:
+        """The aggregator's reply to x ends x's step (end_step's keywords `step`); a used
+        gradient's step waited for what its push and pull would not have taken alone."""
+        if self.transport is not None:
+            self._outbox.append((x, used, step))
+            return
+        end, own = self._reply_to(x)
+        self.engine.end_step(x, end, end - self.engine.t_sync[x] - own if used else 0.0, **step)
 
     def _reply_to(self, x: int) -> tuple[float, float]:
         """The aggregator's next reply, to x: when x has it, and what x's push and pull take
@@ -291,4 +317,39 @@ class AllReduceBackupSim(Protocol):
             joined, self.joined = self.joined, []
             for x in joined:
                 self._drop(x)
+            if self.transport is not None and not self._sending:
+                self._send_next()
         self.engine.done(w)
+
+    # -- under transport = "fair": serve()'s receives and blocking sends, message by message --
+    def _taken_fair(self, w: int) -> None:
+        """The aggregator's receive from any worker took w's gradient; it answers every reply
+        the gradient decided, one blocking send after another, then posts its next receive."""
+        self._receive_posted = False
+        self._take(w)
+        if not self._sending:
+            self._send_next()
+
+    def _send_next(self) -> None:
+        if self._outbox:
+            self._sending = True
+            x, used, step = self._outbox.popleft()
+            self.transport.send(self.n, x, self.model_bytes + 12, self.engine.now,
+                                (self._reply_in, x, used, step), sent=(self._sent,),
+                                key=PARAMS_TAG)
+            return
+        self._sending = False
+        if not self._receive_posted:
+            self._receive_posted = True
+            self.transport.post_receive(self.n, ANY, GRAD_TAG)
+
+    def _sent(self) -> None:
+        """A reply's send returned: the next one, as an event of its own (a quorum of replies
+        that each return at once would otherwise nest a call per reply)."""
+        self.engine.at(self.engine.now, self._send_next)
+
+    def _reply_in(self, x: int, used: bool, step: dict) -> None:
+        now = self.engine.now
+        wait = (self.round_trip_wait(x, self.n, self.model_bytes + 8, self.model_bytes + 12,
+                                     self.engine.t_sync[x], now) if used else 0.0)
+        self.engine.end_step(x, now, wait, **step)

@@ -103,10 +103,11 @@ def test_a_send_larger_than_the_socket_buffer_returns_once_the_rest_fits(tmp_pat
 
 def test_fair_is_refused_for_a_protocol_that_does_not_post_receives_and_in_real_runs(
         tmp_path):
-    config = RunConfig(algorithm="allreduce-backup", workload="mlp-digits", workers=4,
+    config = RunConfig(algorithm="osgp", workload="mlp-digits", workers=4,
                        iterations=8, network={**LINKS, "transport": "fair"})
     with pytest.raises(UserError, match=r"does not post its receives yet; fair transport "
-                                        r"plays adpsgd, allreduce, batch-balance, diloco, "
+                                        r"plays adpsgd, allreduce, allreduce-backup, "
+                                        r"batch-balance, diloco, "
                                         r"dpsgd, dropcompute, hop, local-sgd, prague-random, "
                                         r"prague-smart, prague-static, ps-async, ps-sync, sgp$"):
         simulate(config, MODELS, tmp_path)
@@ -159,6 +160,21 @@ def test_a_servers_concurrent_replies_arrive_together(tmp_path):
     # The same bytes through the same NIC either way: a round lasts its 4 pushes and 4
     # replies, but fcfs lets the first worker compute while the last reply is still going out.
     assert fair["train_wall_s"] > fcfs["train_wall_s"]
+
+
+def test_the_backup_aggregators_replies_to_a_quorum_arrive_together(tmp_path):
+    # 4 workers, b = 1: each update takes the first 3 gradients. The aggregator's blocking
+    # sends each return at once (a reply fits in the socket buffer), so the quorum's 3
+    # replies share its NIC and arrive together; first come first served, a reply apart.
+    config, _, events = _ps(tmp_path, "allreduce-backup", "fair")
+    reply_s = (layout(config).model_bytes + 12) / (NIC_GBPS * GBIT)
+    for k in range(2, 10):
+        ends = sorted(events[r][k]["t_end"] / 1e9 for r in range(4)
+                      if not events[r][k]["dropped"])
+        assert len(ends) == 3 and ends[-1] - ends[0] < 1e-6
+    _, _, queued = _ps(tmp_path, "allreduce-backup", "fcfs")
+    ends = sorted(queued[r][5]["t_end"] / 1e9 for r in range(4) if not queued[r][5]["dropped"])
+    assert ends[-1] - ends[0] == pytest.approx(2 * reply_s, rel=1e-3)
 
 
 def test_an_async_servers_one_receive_at_a_time_takes_one_push_at_a_time(tmp_path):
