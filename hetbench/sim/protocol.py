@@ -82,6 +82,10 @@ class Protocol:
       StepInfo.fields, `samples` sets the samples the step used, and a key the harness writes
       itself (core.record.HARNESS_KEYS) is refused: bench sim stops with one line naming the
       protocol);
+    - `self.after_rings(members, sizes, at, then, *args)` for a collective that may play the
+      `[network]` table's `transport = "fair"`: `then(end, *args)` at its end (at once
+      otherwise, from `self.net.rings`); and, under fair, `self.transport.send` and
+      `post_receive` for every point-to-point message and receive (sim/transport.py);
     - `self.engine.done(w)` when w's finish() would return (the default finish does it);
     - `self.engine.at(t, fn, *args)` to run fn(*args) at simulated time t.
 
