@@ -296,7 +296,7 @@ class Meetings:
             self.misses += 1
             setup_s = self.protocol.net.group_setup_s
         gaps = iteration_gaps(self.protocol.engine.iteration, members)
-        if self.protocol.transport is None:  # the set-up's time, then the ring's
+        if self.protocol.transport is None:  # the ring booked from the start, set-up added
             self._met(self.protocol.net.ring(members, self.protocol.model_bytes, start,
                                              self.protocol.engine.active) + setup_s,
                       start, arrivals, gaps)
