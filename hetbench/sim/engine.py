@@ -97,13 +97,11 @@ class Engine:
         self._agree = config.seconds is not None and config.algorithm_class().synchronous
         self._agreeing: list[int] = []
         #: A Cluster's fair transport (`transport = "fair"`, sim/transport.py), or None.
-        cluster = self.network.cluster
-        self.transport = (Transport(self, self.network)
-                          if cluster is not None and cluster.config.transport == "fair"
-                          else None)
-        self.protocol = protocol_for(self)
-        if self.transport is not None:
+        self.transport = None
+        if self.network.fair:
             self._check_fair_transport()
+            self.transport = Transport(self, self.network)
+        self.protocol = protocol_for(self)
         self.active = self.protocol.servers  # a server process is always in its loop
         #: The protocol's rule for how much a worker computes (Protocol.work), or None.
         self._work = self.protocol.work
@@ -112,7 +110,7 @@ class Engine:
         """`transport = "fair"` needs a protocol that sends through the transport and posts
         its receives, and NICs of one speed all run (the flows' shares are computed over fixed
         capacities)."""
-        protocol = type(self.protocol)
+        protocol = simulated_protocol(self.config)
         if not protocol.transport_ready:
             ready = playable(lambda played: played.transport_ready)
             raise UserError(f"[network] transport = \"fair\": {self.config.algorithm}'s "

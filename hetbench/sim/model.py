@@ -30,6 +30,8 @@ class NetworkModel:
     alpha_s: float = 20e-6
     #: Messages queue nowhere (ClusterNetwork's queue at NICs from when they are posted).
     queues_at_nics: ClassVar[bool] = False
+    #: No fair transport (only a ClusterNetwork whose `[network]` says transport = "fair").
+    fair: ClassVar[bool] = False
     #: Bandwidth per link, bytes per second.
     beta_bytes_per_s: float = 10e9 / 8
     #: Seconds to build a P-Reduce member communicator (a member-set cache miss).
@@ -146,9 +148,10 @@ class ClusterNetwork:
 
         self.cluster = cluster
         self.ledger = Ledger(cluster.ports)
-        #: Set by a fair Transport over this network: then no message or ring may be booked
-        #: first come first served beside its flows (post and ring refuse).
-        self.fair = False
+        #: Under transport = "fair" the engine's Transport moves every message as a flow: no
+        #: message or ring may be booked first come first served beside them (post and ring
+        #: refuse).
+        self.fair = cluster.config.transport == "fair"
         # The cluster's own communicator set-up time, as its emulated runs pay it (the
         # alpha-beta model's, fitted from host runs, does not describe this cluster).
         self.group_setup_s = cluster.config.group_setup_ms / 1000

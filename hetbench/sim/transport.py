@@ -51,7 +51,6 @@ class Transport:
 
     def __init__(self, engine, net):
         self.engine, self.net = engine, net
-        net.fair = True
         cluster = net.cluster
         self.flows = FlowNetwork([cluster.nic_rate(p // 2) for p in range(cluster.ports)])
         # gloo moves no message before its receive is posted, whatever its size.
