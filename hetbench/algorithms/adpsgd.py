@@ -237,9 +237,9 @@ class ADPSGDSim(Protocol):
                                   .tolist()))
         peer = peers[draws.pop()]
         if self.transport is not None:  # the request's blocking send, then the reply's receive
-            transport = self.transport
-            transport.send(w, peer, self.model_bytes + 4, t, (self._serve_fair, w, peer, t),
-                           sent=(transport.post_receive, w, peer, REPLY_TAG), key=REQUEST_TAG)
+            self.transport.send_then_receive(w, peer, self.model_bytes + 4,
+                                             (self._serve_fair, w, peer, t), REQUEST_TAG, peer,
+                                             REPLY_TAG)
             return
         start = max(self.server_free[peer], t)
         active = self.engine.active
@@ -268,10 +268,9 @@ class ADPSGDSim(Protocol):
         gap = self._served(w, peer)
         if self.engine.learner is not None:
             self._learn_pair(w, peer)
-        transport = self.transport
-        transport.send(peer, w, self.model_bytes, self.engine.now,
-                       (self._replied, w, peer, ready, float(gap)),
-                       sent=(transport.post_receive, peer, ANY, REQUEST_TAG), key=REPLY_TAG)
+        self.transport.send_then_receive(peer, w, self.model_bytes,
+                                         (self._replied, w, peer, ready, float(gap)), REPLY_TAG,
+                                         ANY, REQUEST_TAG)
 
     def _replied(self, w: int, peer: int, ready: float, gap: float) -> None:
         """w's step ends with the reply; it waited for what its request and the reply would

@@ -199,13 +199,11 @@ class AllReduceBackupSim(Protocol):
         self._taken = 0
 
     def ready(self, w):
-        net = self.net
         if self.transport is not None:  # a blocking send, then the receive of the reply
-            self.transport.send(w, self.n, self.model_bytes + 8, self.engine.now,
-                                (self._taken_fair, w),
-                                sent=(self.transport.post_receive, w, self.n, PARAMS_TAG),
-                                key=GRAD_TAG)
+            self.transport.send_then_receive(w, self.n, self.model_bytes + 8,
+                                             (self._taken_fair, w), GRAD_TAG, self.n, PARAMS_TAG)
             return
+        net = self.net
         hop, cpu = net.hop(self.engine.active), net.cpu_s
         if net.cluster is None:
             arrive = self.engine.now + hop + self.push

@@ -220,9 +220,8 @@ class PSSyncSim(Protocol):
         """The worker's blocking send of its gradient; once it is out, its receive of the
         parameters (serve(): the server posts a receive from every worker at a round's
         start)."""
-        transport = self.transport
-        transport.send(w, self.n, self.model_bytes + 4, self.engine.now, (self._gradient_in,),
-                       sent=(transport.post_receive, w, self.n, PARAMS_TAG), key=GRAD_TAG)
+        self.transport.send_then_receive(w, self.n, self.model_bytes + 4, (self._gradient_in,),
+                                         GRAD_TAG, self.n, PARAMS_TAG)
 
     def _gradient_in(self) -> None:
         """A gradient has arrived; with the round's last one the server sends the parameters
@@ -312,10 +311,8 @@ class PSAsyncSim(Protocol):
 
     def ready(self, w):
         if self.transport is not None:
-            transport = self.transport
-            transport.send(w, self.n, self.model_bytes + 4, self.engine.now,
-                           (self._taken_fair, w),
-                           sent=(transport.post_receive, w, self.n, PARAMS_TAG), key=GRAD_TAG)
+            self.transport.send_then_receive(w, self.n, self.model_bytes + 4,
+                                             (self._taken_fair, w), GRAD_TAG, self.n, PARAMS_TAG)
             return
         arrive = self.net.wire(w, self.n, self.model_bytes + 4, self.engine.now)
         if self.engine.recorded_order is None:
@@ -370,10 +367,9 @@ class PSAsyncSim(Protocol):
         staleness = self._update(w)
         if self.engine.learner is not None:
             self._take(w)
-        transport = self.transport
-        transport.send(self.n, w, self.model_bytes, self.engine.now,
-                       (self._parameters_in, w, float(staleness)),
-                       sent=(transport.post_receive, self.n, ANY, GRAD_TAG), key=PARAMS_TAG)
+        self.transport.send_then_receive(self.n, w, self.model_bytes,
+                                         (self._parameters_in, w, float(staleness)), PARAMS_TAG,
+                                         ANY, GRAD_TAG)
 
     def _parameters_in(self, w: int, staleness: float) -> None:
         """w's step ends with the server's reply; it waited for what its push and pull would

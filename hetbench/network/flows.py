@@ -184,8 +184,7 @@ class FlowNetwork:
         if len(moving) == 1 and all(len(self._on_port[p]) == 1 for p in moving[0].ports):
             # Alone on its ports (the commonest start): no other flow's rate changes.
             self.last_recompute = 1
-            self._set_rate(moving[0], min([moving[0].cap,
-                                           *(self._capacity[p] for p in moving[0].ports)]))
+            self._set_rate(moving[0], self._bound(moving[0]))
         elif moving:
             self._recompute([p for f in moving for p in f.ports], moving)
 
@@ -317,9 +316,8 @@ class FlowNetwork:
         share changes (a version number marks the old one stale)."""
         flows, comp_ports = self._component(ports, new)
         self.last_recompute = len(flows)
-        if len(flows) == 1:  # alone on its ports: its narrowest bound
-            f = flows[0]
-            self._set_rate(f, min([f.cap, *(self._capacity[p] for p in f.ports)]))
+        if len(flows) == 1:  # alone on its ports
+            self._set_rate(flows[0], self._bound(flows[0]))
             return
         on_port = self._on_port
         residual = {p: self._capacity[p] for p in comp_ports}
@@ -363,6 +361,10 @@ class FlowNetwork:
                                           version[q]))
         for f in flows:  # unfrozen: no finite port or cap bounds it
             self._set_rate(f, rates.get(id(f), math.inf))
+
+    def _bound(self, f: _Flow) -> float:
+        """A flow's rate alone on its ports: its narrowest port, or its cap."""
+        return min([f.cap, *(self._capacity[p] for p in f.ports)])
 
     def _set_rate(self, f: _Flow, rate: float) -> None:
         if rate != f.rate:
@@ -415,12 +417,17 @@ class _Message:
         self.seq, self.eager = seq, eager
 
     def match(self, received_at: float | None) -> Match:
-        if self.eager or received_at is None:
-            start = self.sent_at
-        else:
-            start = max(self.sent_at, received_at)
-        return Match(self.src, self.dst, self.key, self.nbytes, self.payload, self.sent_at,
-                     received_at, start, self.eager)
+        return _match(self.src, self.dst, self.key, self.nbytes, self.payload, self.sent_at,
+                      received_at, self.eager)
+
+
+def _match(src, dst, key, nbytes, payload, sent_at: float, received_at: float | None,
+           eager: bool) -> Match:
+    """The Match of a message sent at sent_at and a receive posted at received_at (None: an
+    eager message with none yet): an eager message's bytes start at its send, a rendezvous
+    one's once both are in."""
+    start = sent_at if eager or received_at is None else max(sent_at, received_at)
+    return Match(src, dst, key, nbytes, payload, sent_at, received_at, start, eager)
 
 
 class Rendezvous:
@@ -471,14 +478,13 @@ class Rendezvous:
         if not nbytes >= 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
         eager = nbytes <= self.eager_bytes
-        self._seq += 1
+        seq, self._seq = self._seq, self._seq + 1
         # Invariant: a receive waits only while no message it could take does, so a new
         # message either pairs with the earliest posted receive that can take it or waits.
         receive = self._take_receive(src, dst, key)
-        if receive is not None:
-            return [Match(src, dst, key, nbytes, payload, t, receive,
-                          t if eager else max(t, receive), eager)]
-        message = _Message(src, dst, key, nbytes, payload, t, self._seq - 1, eager)
+        if receive is not None:  # matched at once: no _Message to keep
+            return [_match(src, dst, key, nbytes, payload, t, receive, eager)]
+        message = _Message(src, dst, key, nbytes, payload, t, seq, eager)
         stream = (src, dst, key)
         self._stream.setdefault(stream, deque()).append(message)
         self._to_dst.setdefault((dst, key), OrderedDict())[message.seq] = message

@@ -73,19 +73,21 @@ class Transport:
         """A message of nbytes from src to dst, posted at `at` (>= now) on stream `key`:
         `delivered` = (fn, *args) is called when it arrives, `sent` = (fn, *args) when its
         bytes are out of src."""
-        if at > self.engine.now:
-            self.engine.at(at, self._send, src, dst, nbytes, delivered, sent, key)
-        else:
-            self._send(src, dst, nbytes, delivered, sent, key)
+        self._later(at, self._send, src, dst, nbytes, delivered, sent, key)
+
+    def send_then_receive(self, src: int, dst: int, nbytes: float, delivered: tuple,
+                          key: Hashable, receive_from: int, receive_key: Hashable) -> None:
+        """A blocking send from src now, then src's receive from `receive_from` (a peer, or
+        ANY) on `receive_key` once it returns: a worker's request and the wait for its reply,
+        or a serving loop's reply and its next receive."""
+        self.send(src, dst, nbytes, self.engine.now, delivered,
+                  sent=(self.post_receive, src, receive_from, receive_key), key=key)
 
     def post_receive(self, dst: int, src: int, key: Hashable = 0,
                      at: float | None = None) -> None:
         """dst posts a receive from src (or ANY source) on stream `key` at `at` (default now):
         the first message of that stream not yet received may move."""
-        if at is not None and at > self.engine.now:
-            self.engine.at(at, self._receive, dst, src, key)
-        else:
-            self._receive(dst, src, key)
+        self._later(self.engine.now if at is None else at, self._receive, dst, src, key)
 
     def rings(self, members, sizes, at: float, done: tuple) -> None:
         """Ring all-reduces of each of `sizes` bytes in turn over `members`, all in from `at`
