@@ -28,13 +28,13 @@ def rotation_day() -> int:
     return int(os.environ.get("HETBENCH_TEST_DAY") or datetime.date.today().timetuple().tm_yday)
 
 
-#: The quick matrix's algorithms (matrices/quick.toml), which the multi-host suites run, and
-#: those whose final models are a function of the seed alone (lockstep, no arrival order).
 #: The mark of a test that makes a test bed (network namespaces: root and a kernel with them).
 NEEDS_TEST_BED = pytest.mark.skipif(
     os.geteuid() != 0 or not Path("/proc/self/ns/net").exists(),
     reason="the test bed makes network namespaces: needs root and a kernel with them")
 
+#: The quick matrix's algorithms (matrices/quick.toml), which the multi-host suites run, and
+#: those whose final models are a function of the seed alone (lockstep, no arrival order).
 QUICK_ALGORITHMS = ["allreduce", "ps-sync", "ps-async", "dpsgd", "adpsgd", "hop",
                     "prague-static", "prague-smart"]
 LOCKSTEP = {"allreduce", "ps-sync", "dpsgd", "prague-static"}
@@ -105,6 +105,21 @@ def skip_unless_today(case: str, cases: list[str], per_day: int = 1) -> None:
         today = ", ".join(cases_of_today(cases, per_day))
         pytest.skip(f"rotated by day: today's {'is' if per_day == 1 else 'are'} {today} "
                     f"(HETBENCH_TEST_DAY={rotation_day()}; HETBENCH_TEST_ALL=1 runs every one)")
+
+
+def sim_only_algorithm(monkeypatch, name: str, protocol: type) -> str:
+    """Register, for one test, an algorithm `name` that bench sim plays with `protocol` (a test
+    protocol) and whose real step synchronizes nothing; returns its name."""
+    from hetbench.api import Algorithm, StepInfo
+    from hetbench.core.registry import ALGORITHMS
+
+    algorithm = type(f"Test{protocol.__name__}", (Algorithm,), {
+        "name": name, "description": f"a test of bench sim: {protocol.__name__}",
+        "simulated_protocol": classmethod(lambda cls: protocol),
+        "step": lambda self, ctx, model, optimizer: StepInfo(peers=0)})
+    ALGORITHMS.names()  # load plugins first, so the add below is not overwritten
+    monkeypatch.setitem(ALGORITHMS._targets, name, algorithm)
+    return name
 
 
 def run_config(run_dir: Path, **fields: Any) -> dict[str, Any]:

@@ -8,14 +8,14 @@ import sys
 
 import pytest
 
-from hetbench.api import Algorithm, Protocol, StepInfo, UserError
+from hetbench.api import Protocol, UserError
 from hetbench.core.config import RunConfig
-from hetbench.core.registry import ALGORITHMS
 from hetbench.core.store import read_jsonl
 from hetbench.network.model import GBIT
 from hetbench.sim.engine import simulate
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels, layout
 from hetbench.sim.transport import SOCKET_BUFFER_BYTES
+from tests.helpers import sim_only_algorithm
 
 COMPUTE_S = 0.05
 MODELS = SimModels(NetworkModel(), ComputeModel(constant_s=COMPUTE_S))
@@ -24,18 +24,6 @@ MESSAGE = 100_000  # bytes: 80 ms on a 0.01 Gbit/s NIC
 LATE_S = 0.5
 LINKS = {"workers_per_node": 1, "nic_gbps": NIC_GBPS, "inter_gbps": 100,
          "inter_latency_us": 0}
-
-
-class LateReceiver(Algorithm):
-    name = "test-late-receiver"
-    description = "workers 0 and 1 each send a message to worker 2, which posts late"
-
-    @classmethod
-    def simulated_protocol(cls):
-        return LateReceiverSim
-
-    def step(self, ctx, model, optimizer):
-        return StepInfo(peers=0)
 
 
 class LateReceiverSim(Protocol):
@@ -68,10 +56,9 @@ class LateReceiverSim(Protocol):
 
 
 def _late_ends(tmp_path, monkeypatch, message):
-    ALGORITHMS.names()  # load plugins first, so the add below is not overwritten
-    monkeypatch.setitem(ALGORITHMS._targets, LateReceiver.name, LateReceiver)
+    name = sim_only_algorithm(monkeypatch, "test-late-receiver", LateReceiverSim)
     monkeypatch.setattr(LateReceiverSim, "message", message)
-    config = RunConfig(algorithm=LateReceiver.name, workload="mlp-digits", workers=3,
+    config = RunConfig(algorithm=name, workload="mlp-digits", workers=3,
                        iterations=2, warmup_iterations=1,
                        network={**LINKS, "transport": "fair"})
     result = simulate(config, MODELS, tmp_path)
@@ -233,18 +220,6 @@ def test_rings_on_links_of_their_own_take_the_ring_formula(tmp_path, algorithm, 
 RING = 300_000  # bytes: an edge of 3 ranks carries 4/3 of it, 320 ms at 0.01 Gbit/s
 
 
-class RingAndMessage(Algorithm):
-    name = "test-ring-and-message"
-    description = "a ring over 3 workers while worker 0 sends worker 1 a message"
-
-    @classmethod
-    def simulated_protocol(cls):
-        return RingAndMessageSim
-
-    def step(self, ctx, model, optimizer):
-        return StepInfo(peers=0)
-
-
 class RingAndMessageSim(Protocol):
     """Every iteration worker 0 sends MESSAGE bytes to worker 1 (posted at once) while all three
     run a ring all-reduce of RING bytes; a step ends with the ring."""
@@ -271,9 +246,8 @@ class RingAndMessageSim(Protocol):
 
 
 def test_a_ring_shares_its_links_with_a_message(tmp_path, monkeypatch):
-    ALGORITHMS.names()
-    monkeypatch.setitem(ALGORITHMS._targets, RingAndMessage.name, RingAndMessage)
-    config = RunConfig(algorithm=RingAndMessage.name, workload="mlp-digits", workers=3,
+    name = sim_only_algorithm(monkeypatch, "test-ring-and-message", RingAndMessageSim)
+    config = RunConfig(algorithm=name, workload="mlp-digits", workers=3,
                        iterations=2, warmup_iterations=1, network={**LINKS, "transport": "fair"})
     result = simulate(config, MODELS, tmp_path)
     assert result.summary["status"] == "ok", result.summary["cause"]

@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hetbench.api import Algorithm, Protocol, StepInfo, UserError
+from hetbench.api import Protocol, UserError
 from hetbench.core.config import RunConfig
-from hetbench.core.registry import ALGORITHMS
 from hetbench.core.store import read_jsonl
 from hetbench.sim.engine import simulate
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels
+from tests.helpers import sim_only_algorithm
 
 MODELS = SimModels(NetworkModel(alpha_s=1e-4, beta_bytes_per_s=1e9), ComputeModel())
 DROP = dict(workload="mlp-digits", workers=4, iterations=20, pace_ms=20, slowdown="det:5@1",
@@ -83,27 +83,14 @@ def test_simulated_dropcompute_on_a_cluster_calibrates_with_the_all_reduces_dura
     tau_ms = events[0][-1]["threshold_ms"]
     assert 2.25 * 32.55 / 4 < tau_ms < 2.25 * 2 * 32.55 / 4, tau_ms  # its 1st and 2nd ends
 
-class EarlyEnd(Algorithm):
-    name = "test-early-end"
-    description = "a protocol that ends a step before its gradient is ready"
-
-    @classmethod
-    def simulated_protocol(cls):
-        return EarlyEndSim
-
-    def step(self, ctx, model, optimizer):
-        return StepInfo(peers=0)
-
-
 class EarlyEndSim(Protocol):
     def ready(self, w):
         self.engine.end_step(w, self.engine.t_start[w], 0.0, peers=0)
 
 
 def test_a_step_ending_before_its_gradient_is_refused_in_one_line(tmp_path, monkeypatch):
-    ALGORITHMS.names()  # load plugins first, so the add below is not overwritten
-    monkeypatch.setitem(ALGORITHMS._targets, EarlyEnd.name, EarlyEnd)
-    config = RunConfig(algorithm=EarlyEnd.name, workload="mlp-digits", workers=2,
+    name = sim_only_algorithm(monkeypatch, "test-early-end", EarlyEndSim)
+    config = RunConfig(algorithm=name, workload="mlp-digits", workers=2,
                        iterations=8, pace_ms=5)
     with pytest.raises(UserError) as refused:
         simulate(config, MODELS, tmp_path)
