@@ -108,8 +108,8 @@ class Engine:
 
     def _check_fair_transport(self) -> None:
         """`transport = "fair"` needs a protocol that sends through the transport and posts
-        its receives, and NICs of one speed all run (the flows' shares are computed over fixed
-        capacities)."""
+        its receives, ring collectives, NICs whose speed holds for the whole run (the flows'
+        shares are computed over fixed capacities) and no recorded order to follow."""
         protocol = simulated_protocol(self.config)
         if not protocol.transport_ready:
             ready = playable(lambda played: played.transport_ready)

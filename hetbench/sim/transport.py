@@ -56,8 +56,8 @@ class Transport:
         # gloo moves no message before its receive is posted, whatever its size.
         self.rendezvous = Rendezvous(eager_bytes=0.0)
         self._ids = itertools.count()
-        #: Flow id -> (its ports, cap and latency, the sent callback or None, the delivered
-        #: callback, the bytes that move after `sent`: a second flow's).
+        #: Flow id -> ((its ports, cap, latency), the sent callback or None, the delivered
+        #: callback, the bytes still to add once `sent` is called: the same flow, extended).
         self._moving: dict[int, tuple] = {}
         #: The pending completion check's number: a newer one makes older ones stale.
         self._check = 0
