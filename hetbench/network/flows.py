@@ -28,6 +28,7 @@ sender's bytes.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterable, Sequence
@@ -38,12 +39,17 @@ from typing import Any, NamedTuple
 #: rate x time); a flow whose remainder is that small is complete.
 REL_TOLERANCE = 1e-9
 
+#: A pool's service past which its members' targets are rebased to it (see _Pool): float
+#: round-off in target - service stays far below REL_TOLERANCE of any message's size.
+POOL_REBASE_BYTES = 2.0**30
+
 
 class _Flow:
     """One flow's state. Progress is kept lazily: `left` bytes at time `at`, moving at `rate`
     since, so that moving the clock costs nothing for flows whose rate does not change."""
 
-    __slots__ = ("at", "cap", "fid", "left", "nbytes", "ports", "rate", "seq", "tol", "version")
+    __slots__ = ("at", "cap", "fid", "left", "nbytes", "pool", "ports", "rate", "seq", "target",
+                 "tol", "version")
 
     def __init__(self, fid: Hashable, seq: int, ports: tuple[int, ...], nbytes: float,
                  t: float, cap: float):
@@ -55,22 +61,82 @@ class _Flow:
         self.left = nbytes
         self.at = t
         self.rate = -1.0  # not yet computed: any real rate differs, so the first one is set
-        self.version = 0  # bumped at every rate change: older completion entries are stale
+        self.version = 0  # renewed at every rate change: older completion entries are stale
         self.tol = REL_TOLERANCE * nbytes
+        #: The _Pool that keeps this flow's progress (then `left`, `at`, `rate` and `version`
+        #: are unused), or None.
+        self.pool: _Pool | None = None
+        #: In a pool: the pool's service at which this flow is complete.
+        self.target = 0.0
 
     def left_at(self, t: float) -> float:
         """Bytes still to move at time t (>= self.at), 0 within tolerance."""
-        if self.rate < 0:
+        pool = self.pool
+        if pool is not None:
+            left = self.target - pool.service_at(t)
+        elif self.rate < 0:
             return self.left
-        if self.rate == math.inf:  # no bound at all (no ports, no cap): done at once
+        elif self.rate == math.inf:  # no bound at all (no ports, no cap): done at once
             return 0.0
-        left = self.left - self.rate * (t - self.at)
+        else:
+            left = self.left - self.rate * (t - self.at)
         return 0.0 if left <= self.tol else left
 
     def finish_time(self) -> float:
+        pool = self.pool
+        if pool is not None:
+            return pool.at + (self.target - pool.service) / pool.rate
         if self.left == 0.0 or self.rate == math.inf:
             return self.at
         return self.at + self.left / self.rate
+
+
+class _Pool:
+    """The flows of a port p that share nothing else: each crosses p and ports that carry it
+    alone, and none is bounded elsewhere below p's even share. Max-min gives them all that
+    share, capacity / n, so their progress is one number: `service`, the bytes each has moved
+    since the pool began (at `rate` since `at`). A member is complete when the service reaches
+    its `target`. A flow joining or leaving changes only the rate: O(log n), where progressive
+    filling would recompute all n flows. That is an incast (pushes to a server) and a server's
+    concurrent replies, which otherwise cost O(n^2) per round.
+
+    Invariant: while a pool exists at p, every flow on p is a member, and every other port of a
+    member carries that member alone. A change that would break it dissolves the pool (its
+    members become ordinary flows at the pool's rate) before rates are recomputed."""
+
+    __slots__ = ("at", "bounds", "capacity", "members", "port", "rate", "service", "targets",
+                 "version")
+
+    def __init__(self, port: int, capacity: float, t: float):
+        self.port, self.capacity = port, capacity
+        self.members = 0
+        self.service, self.at, self.rate = 0.0, t, 0.0
+        self.version = 0
+        # Lazy heaps, (value, start order, flow): an entry is stale once its flow has left.
+        self.targets: list[tuple[float, int, _Flow]] = []
+        self.bounds: list[tuple[float, int, _Flow]] = []
+
+    def service_at(self, t: float) -> float:
+        return self.service + self.rate * (t - self.at)
+
+    def head(self) -> _Flow | None:
+        """The member that completes first (the earliest started among equals)."""
+        targets = self.targets
+        while targets:
+            target, _, f = targets[0]
+            if f.pool is self and f.target == target:
+                return f
+            heapq.heappop(targets)
+        return None
+
+    def min_bound(self) -> float:
+        """The lowest of the members' own bounds (cap and other ports)."""
+        bounds = self.bounds
+        while bounds:
+            if bounds[0][2].pool is self:
+                return bounds[0][0]
+            heapq.heappop(bounds)
+        return math.inf
 
 
 class FlowNetwork:
@@ -91,10 +157,13 @@ class FlowNetwork:
     of all n flows. advance() is O(1): flows keep their progress lazily. Flows that start or
     finish at the same instant (a collective's step, a server's replies) are best started with
     start_many and finished with due() and finish_many: one recompute for all, where n single
-    calls on one component would cost n recomputes of it.
+    calls on one component would cost n recomputes of it. Flows that share only one port and
+    are bounded there (an incast, a server's replies) are kept as a _Pool: a start or finish
+    among them costs O(log n) (`pools=False` recomputes them as any others: the reference the
+    pools are tested against).
     """
 
-    def __init__(self, capacities: Sequence[float]):
+    def __init__(self, capacities: Sequence[float], pools: bool = True):
         for p, c in enumerate(capacities):
             if not c > 0:  # also rejects NaN
                 raise ValueError(f"port {p}'s capacity must be > 0, got {c}")
@@ -104,10 +173,15 @@ class FlowNetwork:
         self._flows: dict[Hashable, _Flow] = {}
         self._now = 0.0
         self._seq = 0
+        #: Version numbers for flows and pools alike, so that no two entries share one.
+        self._stamps = itertools.count(1)
+        self._pooling = pools
+        self._pools: dict[int, _Pool] = {}  # by port
         # Completion times, (time, start order, version, flow); entries whose flow is gone or
         # whose rate changed since are stale and skipped (lazy deletion).
         self._done: list[tuple[float, int, int, _Flow]] = []
-        #: Flows whose rates the last start or finish recomputed (its component's size).
+        #: Flows whose rates the last start or finish set one by one (a recompute's component,
+        #: a flow alone, a pool's new members); a pool's rate change counts none.
         self.last_recompute = 0
 
     @property
@@ -166,7 +240,8 @@ class FlowNetwork:
         with a new id, distinct existing ports, finite nbytes >= 0 and cap > 0 (the simulator's
         transport, which starts a flow for every message it moves)."""
         self.advance(t)
-        moving: list[_Flow] = []
+        self.last_recompute = 0
+        on_port, moving = self._on_port, []
         for flow_id, ports, nbytes, cap in flows:
             flow = _Flow(flow_id, self._seq, ports, nbytes, t, cap)
             self._seq += 1
@@ -178,15 +253,21 @@ class FlowNetwork:
                 self._push(flow)
                 continue
             for p in ports:
-                self._on_port[p][flow_id] = flow
+                on_port[p][flow_id] = flow
             moving.append(flow)
-        self.last_recompute = 0
-        if len(moving) == 1 and all(len(self._on_port[p]) == 1 for p in moving[0].ports):
-            # Alone on its ports (the commonest start): no other flow's rate changes.
-            self.last_recompute = 1
-            self._set_rate(moving[0], self._bound(moving[0]))
-        elif moving:
-            self._recompute([p for f in moving for p in f.ports], moving)
+        others: list[_Flow] = []  # neither alone nor pooled: progressive filling, once
+        for flow in moving:
+            if flow.pool is not None:  # a pool formed by an earlier one of the batch
+                continue
+            shared = [p for p in flow.ports if len(on_port[p]) > 1]
+            if not shared:
+                # Alone on its ports (the commonest start): no other flow's rate changes.
+                self.last_recompute += 1
+                self._set_rate(flow, self._bound(flow))
+            elif not (self._pooling and len(shared) == 1 and self._pool_at(shared[0], flow)):
+                others.append(flow)
+        if others:
+            self._recompute([p for f in others for p in f.ports], others)
 
     def finish(self, flow_id: Hashable, t: float | None = None) -> None:
         """Remove a flow (at time t if given, else at the network's time): complete, or
@@ -206,15 +287,31 @@ class FlowNetwork:
     def finish_checked(self, flow_ids: list) -> None:
         """finish_many at the network's time for flows its caller knows are in it (due()'s)."""
         freed: list[int] = []
+        left: dict[int, _Pool] = {}  # the pools members left, by port
+        on_port = self._on_port
         for flow_id in flow_ids:
             flow = self._flows.pop(flow_id)
+            pool = flow.pool
             for p in flow.ports if flow.nbytes else ():
-                del self._on_port[p][flow_id]
-                freed.append(p)
+                del on_port[p][flow_id]
+                if pool is None:
+                    freed.append(p)
+            if pool is not None:  # its other ports carried it alone: only the pool changes
+                flow.pool = None
+                pool.members -= 1
+                left[pool.port] = pool
+        self.last_recompute = 0
+        for port, pool in left.items():
+            if not pool.members:
+                del self._pools[port]
+            elif pool.min_bound() >= pool.capacity / pool.members:
+                self._pool_rate(pool)
+            else:  # a member is now bounded elsewhere: the share is no longer even
+                self._dissolve(pool)
+                freed.append(port)
         # Removing flows may split their components; recomputing from each freed port reaches
         # every piece, and progressive filling over disjoint components is each one's own.
-        self.last_recompute = 0
-        freed = [p for p in freed if self._on_port[p]]  # ports left with flows to speed up
+        freed = [p for p in freed if on_port[p]]  # ports left with flows to speed up
         if freed:
             self._recompute(freed, [])
 
@@ -226,27 +323,51 @@ class FlowNetwork:
         if not nbytes >= 0 or not flow.nbytes:
             raise ValueError(f"flow {flow_id!r}: can extend a flow with bytes by nbytes >= 0, "
                              f"got {nbytes}")
-        flow.left, flow.at = flow.left_at(self._now) + nbytes, self._now
+        left = flow.left_at(self._now) + nbytes
         flow.nbytes += nbytes
         flow.tol = REL_TOLERANCE * flow.nbytes
-        flow.version += 1  # its old completion entry is stale
+        pool = flow.pool
+        if pool is not None:
+            flow.target = pool.service_at(self._now) + left
+            heapq.heappush(pool.targets, (flow.target, flow.seq, flow))
+            self._push_pool(pool)  # its head may have changed
+            return
+        flow.left, flow.at = left, self._now
+        flow.version = next(self._stamps)  # its old completion entry is stale
         self._push(flow)
 
     def due(self) -> list[Hashable]:
         """The flows complete at the network's time (next_completion's order), for
         finish_many: flows that finish together (a server's replies) are handled at once."""
-        done, out, keep = self._done, [], []
+        done, found, keep, now = self._done, [], [], self._now
         while done:
-            when, _, version, flow = done[0]
-            if self._flows.get(flow.fid) is not flow or flow.version != version:
+            when, seq, version, flow = done[0]
+            if not self._current(flow, version):
                 heapq.heappop(done)  # stale
-            elif when <= self._now or flow.left_at(self._now) == 0.0:
+            elif when <= now or flow.left_at(now) == 0.0:
                 keep.append(heapq.heappop(done))
-                out.append(flow.fid)
+                if flow.pool is None:
+                    found.append((when, seq, flow.fid))
+                else:
+                    found += self._pool_due(flow.pool)
             else:
                 break
         for entry in keep:  # still valid: they leave the heap when finished
             heapq.heappush(done, entry)
+        found.sort(key=lambda entry: entry[:2])
+        return [fid for _, _, fid in found]
+
+    def _pool_due(self, pool: _Pool) -> list[tuple[float, int, Hashable]]:
+        """(finish time, start order, id) of a pool's members complete by now."""
+        targets, out, keep, now = pool.targets, [], [], self._now
+        while (head := pool.head()) is not None:
+            when = head.finish_time()
+            if not (when <= now or head.left_at(now) == 0.0):
+                break
+            keep.append(heapq.heappop(targets))
+            out.append((when, head.seq, head.fid))
+        for entry in keep:
+            heapq.heappush(targets, entry)
         return out
 
     def next_completion(self) -> tuple[float, Hashable] | None:
@@ -256,7 +377,7 @@ class FlowNetwork:
         done = self._done
         while done:
             when, _, version, flow = done[0]
-            if self._flows.get(flow.fid) is flow and flow.version == version:
+            if self._current(flow, version):
                 # Complete within tolerance (or advanced past its end): it is due now.
                 if when <= self._now or flow.left_at(self._now) == 0.0:
                     return self._now, flow.fid
@@ -267,19 +388,110 @@ class FlowNetwork:
     def rate(self, flow_id: Hashable) -> float:
         """A flow's rate now, bytes per second (0 for a zero-byte flow, inf for a flow with
         neither ports nor cap)."""
-        return self._flows[flow_id].rate
+        flow = self._flows[flow_id]
+        return flow.rate if flow.pool is None else flow.pool.rate
 
     def remaining(self, flow_id: Hashable) -> float:
         """A flow's bytes still to move at the network's time (0 once complete)."""
         return self._flows[flow_id].left_at(self._now)
 
+    def _current(self, flow: _Flow, version: int) -> bool:
+        """Whether a completion entry still holds: its flow is in the network and neither
+        its rate nor (in a pool) its pool's rate or first member has changed since."""
+        if self._flows.get(flow.fid) is not flow:
+            return False
+        pool = flow.pool
+        return (flow.version if pool is None else pool.version) == version
+
     def _push(self, flow: _Flow) -> None:
         heapq.heappush(self._done, (flow.finish_time(), flow.seq, flow.version, flow))
+        self._trim()
+
+    def _trim(self) -> None:
         if len(self._done) > 4 * len(self._flows) + 64:
             # Mostly stale entries (rates change more often than flows complete): rebuild, so
             # the heap stays O(flows) in size.
-            self._done = [(f.finish_time(), f.seq, f.version, f) for f in self._flows.values()]
+            self._done = [(f.finish_time(), f.seq, f.version, f) for f in self._flows.values()
+                          if f.pool is None]
+            for pool in self._pools.values():
+                head = pool.head()
+                self._done.append((head.finish_time(), head.seq, pool.version, head))
             heapq.heapify(self._done)
+
+    # -- pools ------------------------------------------------------------------------------
+    def _pool_at(self, port: int, flow: _Flow) -> bool:
+        """Keep a new flow, whose only shared port is `port`, in that port's pool (joining
+        it, or forming one with the port's flows): True if it could be, else False (its
+        rates are then for progressive filling)."""
+        capacity = self._capacity[port]
+        flows = self._on_port[port]
+        share = capacity / len(flows)
+        if capacity == math.inf or self._bound(flow) < share:
+            return False
+        now, pool = self._now, self._pools.get(port)
+        if pool is None:
+            # A pool forms if the port's flows share nothing else and none is bounded below
+            # the even share (the new flow's other ports carry it alone: `port` is its only
+            # shared one).
+            on_port = self._on_port
+            for f in flows.values():
+                if f is not flow and (f.pool is not None or self._bound(f) < share or any(
+                        q != port and len(on_port[q]) > 1 for q in f.ports)):
+                    return False
+            pool = self._pools[port] = _Pool(port, capacity, now)
+            self.last_recompute += len(flows)
+            for f in flows.values():
+                self._enter(pool, f)
+        else:
+            pool.service = pool.service_at(now)
+            pool.at = now
+            self.last_recompute += 1
+            self._enter(pool, flow)
+        self._pool_rate(pool)
+        return True
+
+    def _enter(self, pool: _Pool, flow: _Flow) -> None:
+        """A flow joins a pool whose service is banked up to now."""
+        flow.target = pool.service + flow.left_at(self._now)
+        flow.pool = pool
+        pool.members += 1
+        heapq.heappush(pool.targets, (flow.target, flow.seq, flow))
+        heapq.heappush(pool.bounds, (self._bound(flow), flow.seq, flow))
+
+    def _pool_rate(self, pool: _Pool) -> None:
+        """A pool's rate from now on: its port's even share among its members."""
+        now = self._now
+        pool.service = pool.service_at(now)
+        pool.at = now
+        pool.rate = pool.capacity / pool.members
+        if pool.service > POOL_REBASE_BYTES:
+            # Keep targets and service small, so that their difference (a member's bytes
+            # left) keeps its precision however long the pool lives.
+            members = self._on_port[pool.port].values()
+            for f in members:
+                f.target -= pool.service
+            pool.service = 0.0
+            pool.targets = [(f.target, f.seq, f) for f in members]
+            heapq.heapify(pool.targets)
+        self._push_pool(pool)
+
+    def _push_pool(self, pool: _Pool) -> None:
+        """The pool's one completion entry, for its first member: older ones are stale."""
+        pool.version = next(self._stamps)
+        head = pool.head()
+        heapq.heappush(self._done, (head.finish_time(), head.seq, pool.version, head))
+        self._trim()
+
+    def _dissolve(self, pool: _Pool) -> None:
+        """The pool's members become ordinary flows, at the pool's rate until recomputed."""
+        now = self._now
+        del self._pools[pool.port]
+        for f in self._on_port[pool.port].values():
+            f.left = f.left_at(now)
+            f.pool = None
+            f.at, f.rate = now, pool.rate
+            f.version = next(self._stamps)
+            self._push(f)
 
     def _component(self, ports: Iterable[int], new: list[_Flow]) -> tuple[list[_Flow],
                                                                         list[int]]:
@@ -294,7 +506,11 @@ class FlowNetwork:
         while queue:
             p = queue.pop()
             component_ports.append(p)
+            if p in self._pools:  # a change reaches a pool: its rates are no longer even
+                self._dissolve(self._pools[p])
             for f in on_port[p].values():
+                if f.pool is not None:  # p is a member's own port, now shared
+                    self._dissolve(f.pool)
                 if id(f) not in seen_flows:
                     seen_flows.add(id(f))
                     flows.append(f)
@@ -315,7 +531,7 @@ class FlowNetwork:
         at a level no higher than its share), so an entry is replaced, not corrected, when a
         share changes (a version number marks the old one stale)."""
         flows, comp_ports = self._component(ports, new)
-        self.last_recompute = len(flows)
+        self.last_recompute += len(flows)
         if len(flows) == 1:  # alone on its ports
             self._set_rate(flows[0], self._bound(flows[0]))
             return
@@ -372,7 +588,7 @@ class FlowNetwork:
             f.left = f.left_at(self._now)
             f.at = self._now
             f.rate = rate
-            f.version += 1
+            f.version = next(self._stamps)
             self._push(f)
 
 
