@@ -75,6 +75,7 @@ from hetbench.core.options import opt
 from hetbench.core.tensors import flat_params, set_flat_params
 from hetbench.errors import UserError
 from hetbench.sim.protocol import Protocol
+from hetbench.sim.transport import ANY
 
 PUSH_TAG = 1
 REPLY_TAG = 2
@@ -311,12 +312,15 @@ class AsyncDiLoCoSim(Protocol):
 
     servers = 1
     learns_events = True
+    transport_ready = True
 
     def __init__(self, engine):
         super().__init__(engine)
         n, config = self.n, self.config
         self.push_bytes = self.model_bytes + 4 * PUSH_EXTRA
         self.reply_bytes = self.model_bytes + 4 * REPLY_EXTRA
+        if self.transport is not None:  # the serving loop: one receive from any worker
+            self.transport.post_receive(n, ANY, PUSH_TAG)
         self.server_free = 0.0
         #: The server's update count, and each worker's when it last took the outer model.
         self.version = 0
@@ -352,6 +356,13 @@ class AsyncDiLoCoSim(Protocol):
                 learner.worker_step(w, learner.gradient(w))
             engine.end_step(w, now, 0.0, peers=0)
             return
+        # The round's measure travels with the push (its seconds per inner step).
+        seconds = (now - self._mark[w]) / self._timed[w] if self._timed[w] else None
+        if self.transport is not None:
+            self.transport.send_then_receive(w, self.n, self.push_bytes,
+                                             (self._taken_fair, w, seconds), PUSH_TAG, self.n,
+                                             REPLY_TAG)
+            return
         net = self.net
         arrive = net.wire(w, self.n, self.push_bytes, now)
         starts = self._starts
@@ -364,19 +375,47 @@ class AsyncDiLoCoSim(Protocol):
         end = net.wire(self.n, w, self.reply_bytes, self.server_free)
         # Pushes are scheduled here in the order the server takes them (FIFO), so this is the
         # server's state when it takes this one: its update count, its workers' measures.
-        self.version += 1
-        staleness = self.version - 1 - self.pulled[w]
-        self.pulled[w] = self.version
-        if self._timed[w]:
-            self.seconds_per_step[w] = (now - self._mark[w]) / self._timed[w]
-        used = self.local_steps[w]
-        self.local_steps[w] = next_local_steps(self.config, self.seconds_per_step, w)
+        staleness, used = self._update(w, seconds)
         self.taken[w], self._mark[w], self._timed[w] = 0, end, 0
         if engine.learner is not None:
             # At `start`: callbacks of one time run in the order scheduled, so in the server's.
             engine.at(start, self._take, w)
         engine.end_step(w, end, start - arrive, {"outer_step": self.version, "local_steps": used},
                         peers=self.n - 1, staleness=float(staleness))
+
+    def _update(self, w: int, seconds: float | None) -> tuple[int, int]:
+        """The server takes w's push: its update count, w's measure kept and its next H set;
+        returns w's staleness and the H of the round it pushed."""
+        self.version += 1
+        staleness = self.version - 1 - self.pulled[w]
+        self.pulled[w] = self.version
+        if seconds is not None:
+            self.seconds_per_step[w] = seconds
+        used = self.local_steps[w]
+        self.local_steps[w] = next_local_steps(self.config, self.seconds_per_step, w)
+        return staleness, used
+
+    def _taken_fair(self, w: int, seconds: float | None) -> None:
+        """Under transport = "fair": the server's receive from any worker took w's push, which
+        has arrived; it steps and replies (a blocking send), and only once the reply is out
+        posts its next receive."""
+        staleness, used = self._update(w, seconds)
+        if self.engine.learner is not None:
+            self._take(w)
+        fields = {"outer_step": self.version, "local_steps": used}
+        self.transport.send_then_receive(self.n, w, self.reply_bytes,
+                                         (self._reply_in, w, float(staleness), fields),
+                                         REPLY_TAG, ANY, PUSH_TAG)
+
+    def _reply_in(self, w: int, staleness: float, fields: dict) -> None:
+        """w's round ends with the server's reply; it waited for what its push and the reply
+        would not have taken on idle links. Its next round's timing starts here."""
+        engine = self.engine
+        now = engine.now
+        self.taken[w], self._mark[w], self._timed[w] = 0, now, 0
+        wait = self.round_trip_wait(w, self.n, self.push_bytes, self.reply_bytes,
+                                    engine.t_sync[w], now)
+        engine.end_step(w, now, wait, fields, peers=self.n - 1, staleness=staleness)
 
     def _take(self, w: int) -> None:
         """The push's math when the server takes it: w's last inner step, its pseudo-gradient

@@ -280,8 +280,7 @@ class OSGPSim(DPSGDSim):
     #: A step mixes in whatever has arrived by its end: that depends on other workers' later
     #: iterations, so OSGP is played event by event, and so is its learning.
     lockstep = False
-    #: Its own event path computes its messages' times (first come first served).
-    transport_ready = False
+    transport_ready = True
     learn = None
     learns_events = True
 
@@ -302,6 +301,11 @@ class OSGPSim(DPSGDSim):
         #: `flight` each.
         self.to_mix: dict[tuple[int, int, int], float] = {}
         self.to_wait: dict[tuple[int, int, int], list] = {}
+        #: Under transport = "fair": per worker, its iterations' receives and sends not yet
+        #: done (iteration -> count); whether it waits for them; the messages (src, dst,
+        #: iteration) arrived and not yet mixed in.
+        self._outstanding: list[dict[int, int]] = [{} for _ in range(self.n)]
+        self._arrived: set[tuple[int, int, int]] = set()
 
     def make_exchange(self):
         return Exchange(None, self.n, self.config.peers)
@@ -314,6 +318,10 @@ class OSGPSim(DPSGDSim):
         if self.engine.learner is not None:
             self._learn_send(w, k, send_to)
         self.incoming[w].extend((k, j) for j in receive_from)
+        if self.transport is not None:
+            self.ready_at[w].append(self.engine.now)
+            self._exchange_fair(w, k, send_to, receive_from)
+            return
         if self.net.cluster is not None:
             # Messages of iteration k whose other end is ready already start now, in event
             # (time) order, so the NIC queues serve them first come, first served.
@@ -324,6 +332,63 @@ class OSGPSim(DPSGDSim):
                     self.to_mix[(src, dst, k)] = arrives
                     self.to_wait[(src, dst, k)] = [arrives, 2]
         super().ready(w)
+
+    def _exchange_fair(self, w: int, k: int, send_to, receive_from) -> None:
+        """The real step under transport = "fair": iteration k's receives posted, an isend to
+        each out-peer (moving once that peer posts its receive of k), then the wait for the
+        receives and sends of iterations <= k - max_delay."""
+        transport, now = self.transport, self.engine.now
+        if send_to or receive_from:
+            self._outstanding[w][k] = len(send_to) + len(receive_from)
+        for j in receive_from:
+            transport.post_receive(w, j, k)
+        for j in send_to:
+            transport.send(w, j, self.model_bytes + 4, now, (self._arrive, j, w, k),
+                           sent=(self._one_done, w, k), key=k)
+        self.waiting[w] = True
+        self._try_fair(w)
+
+    def _arrive(self, dst: int, src: int, k: int) -> None:
+        self._arrived.add((src, dst, k))
+        self._one_done(dst, k)
+
+    def _one_done(self, x: int, k: int) -> None:
+        outstanding = self._outstanding[x]
+        outstanding[k] -= 1
+        if not outstanding[k]:
+            del outstanding[k]
+        if self.waiting[x]:
+            self._try_fair(x)
+
+    def _try_fair(self, x: int) -> None:
+        """x's step goes on once its receives and sends of iterations <= k - max_delay are
+        done; it ends after its sends' CPU time, mixing in what has arrived by then."""
+        k = self.engine.iteration[x]
+        due = k - self.delay
+        if any(j <= due for j in self._outstanding[x]):
+            return
+        self.waiting[x] = False
+        net, now = self.net, self.engine.now
+        end = now + self._partners(x, k)[2] * net.cpu_s * net.share(self.engine.active)
+        self.engine.at(end, self._mix_fair, x, k, now - self.ready_at[x][k])
+
+    def _mix_fair(self, x: int, k: int, wait: float) -> None:
+        """x mixes in, in posting order, the messages arrived by now (SGP._mix_in)."""
+        incoming, mixed, arrived = self.incoming[x], [], self._arrived
+        while incoming:
+            k_in, src = incoming[0]
+            if (src, x, k_in) not in arrived:
+                break
+            arrived.remove((src, x, k_in))
+            incoming.popleft()
+            mixed.append(k - k_in)
+            if self.engine.learner is not None:
+                self._learn_mix(x, src, k_in)
+        if self.engine.learner is not None:
+            x_sum, w_sum = self._push_sum[x]
+            self.engine.learner.set_row(x, x_sum / w_sum)
+        self.engine.end_step(x, self.engine.now, wait, peers=len(mixed),
+                             staleness=sum(mixed) / len(mixed) if mixed else None)
 
     def _learn_send(self, w: int, k: int, send_to) -> None:
         """The real step's math up to its sends (SGP.step): the optimizer step on w's model,

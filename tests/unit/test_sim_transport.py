@@ -88,16 +88,31 @@ def test_a_send_larger_than_the_socket_buffer_returns_once_the_rest_fits(tmp_pat
     assert ends[2] == pytest.approx(large / half_rate, rel=1e-6)
 
 
+class FirstComeSim(Protocol):
+    """A protocol that books its messages itself (ClusterNetwork.post), first come first
+    served: it does not say it posts its receives."""
+
+    def ready(self, w):
+        self.engine.end_step(w, self.net.post(w, (w + 1) % self.n, MESSAGE, self.engine.now)[1],
+                             0.0, peers=1)
+
+
 def test_fair_is_refused_for_a_protocol_that_does_not_post_receives_and_in_real_runs(
-        tmp_path):
-    config = RunConfig(algorithm="osgp", workload="mlp-digits", workers=4,
+        tmp_path, monkeypatch):
+    name = sim_only_algorithm(monkeypatch, "test-first-come", FirstComeSim)
+    config = RunConfig(algorithm=name, workload="mlp-digits", workers=4,
                        iterations=8, network={**LINKS, "transport": "fair"})
     with pytest.raises(UserError, match=r"does not post its receives yet; fair transport "
                                         r"plays adpsgd, allreduce, allreduce-backup, "
-                                        r"batch-balance, diloco, "
-                                        r"dpsgd, dropcompute, hop, local-sgd, prague-random, "
-                                        r"prague-smart, prague-static, ps-async, ps-sync, sgp$"):
+                                        r"async-diloco, batch-balance, diloco, "
+                                        r"dpsgd, dropcompute, hop, local-sgd, osgp, "
+                                        r"prague-random, prague-smart, prague-static, ps-async, "
+                                        r"ps-sync, sgp$"):
         simulate(config, MODELS, tmp_path)
+    # Booked first come first served, it runs under the default.
+    first_come = RunConfig(algorithm=name, workload="mlp-digits", workers=4, iterations=8,
+                           network=LINKS)
+    assert simulate(first_come, MODELS, tmp_path / "fcfs").summary["status"] == "ok"
     tree = RunConfig(algorithm="allreduce", workload="mlp-digits", workers=4, iterations=8,
                      network={**LINKS, "transport": "fair", "collective": "tree"})
     with pytest.raises(UserError, match="collective = \"tree\" is not modeled as flows"):
@@ -125,9 +140,9 @@ def test_fair_is_refused_for_a_protocol_that_does_not_post_receives_and_in_real_
     assert not (tmp_path / "matrix").exists()
 
 
-def _ps(tmp_path, algorithm, transport, workers=4):
+def _ps(tmp_path, algorithm, transport, workers=4, **options):
     config = RunConfig(algorithm=algorithm, workload="mlp-digits", workers=workers,
-                       iterations=10, network={**LINKS, "transport": transport})
+                       iterations=10, network={**LINKS, "transport": transport}, **options)
     result = simulate(config, MODELS, tmp_path / transport)
     assert result.summary["status"] == "ok", result.summary["cause"]
     events = {r: read_jsonl(result.run_dir / f"events.rank{r}.jsonl")[0] for r in range(workers)}
@@ -174,6 +189,46 @@ def test_an_async_servers_one_receive_at_a_time_takes_one_push_at_a_time(tmp_pat
     gaps = [b - a for a, b in itertools.pairwise(ends)]
     assert min(gaps) >= push_s * (1 - 1e-6), min(gaps)
     assert max(e["staleness"] for r in events for e in events[r]) >= 1
+
+
+def test_async_diloco_s_server_takes_one_push_at_a_time_and_numbers_its_updates(tmp_path):
+    # Every round is one inner step (inner_steps 1: a push each step), so that pushes are
+    # many; DyLU on, so that the measure travels with the push and sets each round's H.
+    options = {"algorithm_options": {"inner_steps": 1, "dylu": True}, "learn": True}
+    config, summary, events = _ps(tmp_path, "async-diloco", "fair", **options)
+    pushes = sorted((e["outer_step"], e["t_end"] / 1e9) for r in events for e in events[r]
+                    if "outer_step" in e)
+    # The server's one receive from any worker took them one at a time: updates 1..N, each
+    # reply at least a push after the one before.
+    assert [step for step, _ in pushes] == list(range(1, len(pushes) + 1))
+    push_s = (layout(config).model_bytes + 12) / (NIC_GBPS * GBIT)
+    gaps = [b - a for (_, a), (_, b) in itertools.pairwise(pushes)]
+    assert min(gaps) >= push_s * (1 - 1e-6), min(gaps)
+    assert summary["sim"]["outer_steps"] == len(pushes)
+    assert summary["final_test_loss"] is not None  # learned under fair too
+
+
+def test_osgp_waits_only_for_the_late_iteration_and_mixes_what_has_arrived(tmp_path):
+    # Worker 1 is 5x slower. With max_delay 1 its out-peer's step k waits only for 1's
+    # message of k - 1, so the fast workers run ahead and mix in 1's messages late.
+    config = RunConfig(algorithm="osgp", workload="mlp-digits", workers=4, iterations=10,
+                       slowdown="det:5@1", learn=True, network={**LINKS, "transport": "fair"})
+    result = simulate(config, MODELS, tmp_path)
+    assert result.summary["status"] == "ok", result.summary["cause"]
+    events = {r: read_jsonl(result.run_dir / f"events.rank{r}.jsonl")[0] for r in range(4)}
+    fast = [e for r in (0, 2, 3) for e in events[r]]
+    assert max(e.get("staleness") or 0 for e in fast) >= 1  # late messages mixed in
+    slow_end = events[1][-1]["t_end"]
+    # The fast workers did not wait for the straggler's every step: they finished earlier.
+    assert max(events[r][-1]["t_end"] for r in (0, 2, 3)) < slow_end
+    # With max_delay 0 (SGP's rule) they wait for it every step instead.
+    sync = RunConfig(algorithm="osgp", workload="mlp-digits", workers=4, iterations=10,
+                     slowdown="det:5@1", algorithm_options={"max_delay": 0},
+                     network={**LINKS, "transport": "fair"})
+    result = simulate(sync, MODELS, tmp_path / "sync")
+    waited = {r: read_jsonl(result.run_dir / f"events.rank{r}.jsonl")[0] for r in range(4)}
+    assert all(e.get("staleness") in (None, 0) for r in waited for e in waited[r])
+    assert max(waited[r][-1]["t_end"] for r in (0, 2, 3)) > slow_end
 
 
 def test_a_dpsgd_straggler_sends_to_both_neighbours_at_once(tmp_path):
