@@ -48,16 +48,17 @@ class _Flow:
     """One flow's state. Progress is kept lazily: `left` bytes at time `at`, moving at `rate`
     since, so that moving the clock costs nothing for flows whose rate does not change."""
 
-    __slots__ = ("at", "cap", "fid", "left", "nbytes", "pool", "ports", "rate", "seq", "target",
-                 "tol", "version")
+    __slots__ = ("at", "bound", "cap", "fid", "left", "nbytes", "pool", "ports", "rate", "seq",
+                 "target", "tol", "version")
 
     def __init__(self, fid: Hashable, seq: int, ports: tuple[int, ...], nbytes: float,
-                 t: float, cap: float):
+                 t: float, cap: float, bound: float):
         self.fid = fid
         self.seq = seq  # start order: breaks ties, orders every iteration (determinism)
         self.ports = ports
         self.nbytes = nbytes
         self.cap = cap
+        self.bound = bound  # its rate alone on its ports: its narrowest port, or its cap
         self.left = nbytes
         self.at = t
         self.rate = -1.0  # not yet computed: any real rate differs, so the first one is set
@@ -241,9 +242,13 @@ class FlowNetwork:
         transport, which starts a flow for every message it moves)."""
         self.advance(t)
         self.last_recompute = 0
-        on_port, moving = self._on_port, []
+        on_port, moving, capacity = self._on_port, [], self._capacity
         for flow_id, ports, nbytes, cap in flows:
-            flow = _Flow(flow_id, self._seq, ports, nbytes, t, cap)
+            bound = cap
+            for p in ports:
+                if capacity[p] < bound:
+                    bound = capacity[p]
+            flow = _Flow(flow_id, self._seq, ports, nbytes, t, cap, bound)
             self._seq += 1
             self._flows[flow_id] = flow
             if nbytes == 0:
@@ -263,7 +268,7 @@ class FlowNetwork:
             if not shared:
                 # Alone on its ports (the commonest start): no other flow's rate changes.
                 self.last_recompute += 1
-                self._set_rate(flow, self._bound(flow))
+                self._set_rate(flow, flow.bound)
             elif not (self._pooling and len(shared) == 1 and self._pool_at(shared[0], flow)):
                 others.append(flow)
         if others:
@@ -426,7 +431,7 @@ class FlowNetwork:
         capacity = self._capacity[port]
         flows = self._on_port[port]
         share = capacity / len(flows)
-        if capacity == math.inf or self._bound(flow) < share:
+        if capacity == math.inf or flow.bound < share:
             return False
         now, pool = self._now, self._pools.get(port)
         if pool is None:
@@ -435,7 +440,7 @@ class FlowNetwork:
             # shared one).
             on_port = self._on_port
             for f in flows.values():
-                if f is not flow and (f.pool is not None or self._bound(f) < share or any(
+                if f is not flow and (f.pool is not None or f.bound < share or any(
                         q != port and len(on_port[q]) > 1 for q in f.ports)):
                     return False
             pool = self._pools[port] = _Pool(port, capacity, now)
@@ -456,7 +461,7 @@ class FlowNetwork:
         flow.pool = pool
         pool.members += 1
         heapq.heappush(pool.targets, (flow.target, flow.seq, flow))
-        heapq.heappush(pool.bounds, (self._bound(flow), flow.seq, flow))
+        heapq.heappush(pool.bounds, (flow.bound, flow.seq, flow))
 
     def _pool_rate(self, pool: _Pool) -> None:
         """A pool's rate from now on: its port's even share among its members."""
@@ -533,7 +538,7 @@ class FlowNetwork:
         flows, comp_ports = self._component(ports, new)
         self.last_recompute += len(flows)
         if len(flows) == 1:  # alone on its ports
-            self._set_rate(flows[0], self._bound(flows[0]))
+            self._set_rate(flows[0], flows[0].bound)
             return
         on_port = self._on_port
         residual = {p: self._capacity[p] for p in comp_ports}
@@ -577,10 +582,6 @@ class FlowNetwork:
                                           version[q]))
         for f in flows:  # unfrozen: no finite port or cap bounds it
             self._set_rate(f, rates.get(id(f), math.inf))
-
-    def _bound(self, f: _Flow) -> float:
-        """A flow's rate alone on its ports: its narrowest port, or its cap."""
-        return min([f.cap, *(self._capacity[p] for p in f.ports)])
 
     def _set_rate(self, f: _Flow, rate: float) -> None:
         if rate != f.rate:
