@@ -460,8 +460,8 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path,
         sink.close()
         if engine.learner is not None and status == "ok":
             # What the real workers' finish() does to the models after training (a drain).
-            if (learn_finish := getattr(engine.protocol, "learn_finish", None)) is not None:
-                learn_finish(engine.learner, config.iterations)
+            if engine.protocol.learn_finish is not None:
+                engine.protocol.learn_finish(engine.learner, config.iterations)
             if not engine.protocol.learns_events:
                 engine.learner.finish(engine.trained_until, config.iterations)
             else:  # workers' own iteration counts, as each real rank reports its own

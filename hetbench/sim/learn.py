@@ -60,11 +60,11 @@ def check_learnable(config: RunConfig, protocol) -> None:
     if config.compute == "emulated":
         raise UserError(f"bench sim --learn needs real compute: workload {config.workload} "
                         "has compute = \"emulated\" (no gradients to learn from)")
-    events = getattr(protocol, "learns_events", False)
+    events = protocol.learns_events
     if config.iterations is None:
         raise UserError("bench sim --learn needs an iteration budget (iterations = N): a run "
                         "ends when every worker has taken its steps")
-    if not events and (getattr(protocol, "learn", None) is None or not protocol.lockstep):
+    if not events and (protocol.learn is None or not protocol.lockstep):
         raise UserError(f"bench sim --learn: algorithm {config.algorithm} has no learning half "
                         "yet (Protocol.learn); it plays allreduce, ps-sync, ps-async, "
                         "allreduce-backup, adpsgd, hop, local-sgd, dpsgd, sgp, osgp, diloco, "

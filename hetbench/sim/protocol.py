@@ -136,6 +136,12 @@ class Protocol:
     #: begin / gradient / worker_step / server_step / take_server / pair_average): the
     #: asynchronous protocols, whose operations happen in the order events run.
     learns_events = False
+    #: learn_finish(learner, iterations), or None: the model operations the real workers'
+    #: finish() does after training (SGP mixes in the messages still in flight), applied once
+    #: the learned simulation's steps are over.
+    learn_finish = None
+    #: The P-Reduce meetings of a protocol that has them (Meetings), for its cache counters.
+    meetings: Meetings | None = None
 
     #: recorded_order(logs, done), a classmethod: the order of this protocol's
     #: order-dependent events in a real run, read from its event logs ({worker: [event line,
@@ -180,10 +186,10 @@ class Protocol:
 
     def stats(self) -> dict:
         """Protocol counters for the summary (e.g. P-Reduce communicator cache hits)."""
-        meetings = getattr(self, "meetings", None)
-        if meetings is None:
+        if self.meetings is None:
             return {}
-        return {"preduce_cache_hits": meetings.hits, "preduce_cache_misses": meetings.misses}
+        return {"preduce_cache_hits": self.meetings.hits,
+                "preduce_cache_misses": self.meetings.misses}
 
 
 class Partners:
