@@ -127,6 +127,8 @@ def main() -> None:
     parser.add_argument("--rates", default="100mbit,50mbit")
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS))
     parser.add_argument("--iterations", type=int, default=40)
+    parser.add_argument("--hidden", type=int, default=1024,
+                        help="mlp-digits' hidden units (32768: messages beyond a socket buffer)")
     parser.add_argument("--queue-ms", type=float, default=testbed.SHAPE_QUEUE_MS)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -144,7 +146,7 @@ def main() -> None:
             if members:
                 path = work / f"h{hosts}-w{workers}.toml"
                 path.write_text(link_bound_matrix(f"fair-bed-{hosts}", members, workers,
-                                                  args.iterations))
+                                                  args.iterations, args.hidden))
                 matrices[workers] = path
         for rate in args.rates.split(","):
             testbed.down(name)

@@ -79,17 +79,18 @@ LINK_BOUND_OPTIONS = {"prague-static": "workers_per_node = 2", "prague-smart": "
 
 
 def link_bound_matrix(name: str, algorithms: list[str], workers: int,
-                      iterations: int = 40) -> str:
+                      iterations: int = 40, hidden: int = 1024) -> str:
     """A matrix whose every step is bound by a shaped bed's link rather than its compute:
-    mlp-digits with a 1,024-unit hidden layer (307 KB messages) and 20 ms of emulated compute,
-    one seed, listening on every address (ranks on other hosts reach the run's services), with
-    LINK_BOUND_OPTIONS for the algorithms it names."""
+    mlp-digits with a `hidden`-unit hidden layer (1,024: 307 KB messages, within a socket's
+    buffer; 32,768: 9.7 MB, beyond it) and 20 ms of emulated compute, one seed, listening on
+    every address (ranks on other hosts reach the run's services), with LINK_BOUND_OPTIONS for
+    the algorithms it names."""
     options = "".join(f"\n[algorithm.{a}]\n{LINK_BOUND_OPTIONS[a]}\n"
                       for a in algorithms if a in LINK_BOUND_OPTIONS)
     return (f'name = "{name}"\nalgorithms = {json.dumps(algorithms)}\n'
             f'workloads = ["mlp-digits"]\nworkers = [{workers}]\niterations = {iterations}\n'
             'seeds = [1]\nbind_host = "0.0.0.0"\ncomm_timeout_s = 60.0\n\n'
-            '[workload.mlp-digits]\ncompute = "emulated"\ncompute_ms = 20\nhidden = 1024\n'
+            f'[workload.mlp-digits]\ncompute = "emulated"\ncompute_ms = 20\nhidden = {hidden}\n'
             + options)
 
 
