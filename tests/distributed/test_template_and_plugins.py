@@ -199,7 +199,8 @@ from hetbench.api import Algorithm, StepInfo, flat_params, set_flat_params
 
 
 class PairSGD(Algorithm):
-    """Written from the README: average with a different partner each step."""
+    """Written from docs/plugins.md and hetbench.api's docstring: average with a different
+    partner each step."""
 
     name = "pair-sgd"
     description = "pairs formed on the fly"
@@ -241,8 +242,9 @@ from hetbench.sim.protocol import Protocol
 
 
 class RingPairs(Algorithm):
-    """Written from README's "Adding an algorithm", both halves: each step, workers average
-    with the next one on the ring, alternating direction (pairs formed on the fly)."""
+    """Written from docs/plugins.md and hetbench.api's docstring, both halves: each step,
+    workers average with the next one on the ring, alternating direction (pairs formed on
+    the fly)."""
 
     name = "ring-pairs"
     description = "a third-party plugin with a simulated half"
