@@ -2,79 +2,14 @@
 
 Each worker takes `period` purely local SGD steps, then all workers replace their models with the
 average. It is a real algorithm (with period = 1 and no momentum it is All-Reduce SGD), kept short
-so the whole Algorithm contract is visible in one screen:
+so that every part of an algorithm fits in one screen: its options (LocalSGDOptions), `validate`,
+`setup` and `step` (the real half), LocalSGDSim (the simulated half: the event path `ready`, and
+`step_all` in lockstep) and LocalSGDSim.learn (the learning half).
 
-1. Options: a frozen kw_only dataclass; each field's `opt(default, doc)` shows up in `bench list`
-   and can be set from a matrix file as `[algorithm.local-sgd] period = 8`. hetbench checks
-   each value against the field's type annotation (int, float, bool, str, Literal[...]) and
-   refuses a mismatch in one line before any process starts; `validate` is for the rest.
-   Import everything from `hetbench.api` (the public plugin API; every other module of
-   hetbench is internal and may move), as this file does.
-2. `validate` rejects bad values before any process starts (raise UserError, one line).
-3. `setup` runs on every rank before the clock starts: create process groups here.
-4. `step` is called after forward/backward with gradients in p.grad: apply the local update and
-   synchronize through ctx.comm (never torch.distributed directly; `help(Comm)` says which
-   primitive serves which pattern: groups formed on the fly use p_reduce_). Point-to-point
-   tags are yours, except those hetbench reserves on the world group: 71 (evaluation's
-   search for the time to target, after training), 72 (a staged message's speed) and 73 (the
-   clocks' exchanges), both before and after training; keep clear of them. Return a
-   StepInfo: how many peers' models went into this step's update (peers; 0 for a local step)
-   and how stale they were (staleness, in iterations): reports show them as synchronization
-   health beside throughput. Add any fields for the event log. No timing code: the harness
-   records whom the step's Comm operations met and how long its point-to-point ones blocked
-   (its wait_s), and the reports infer a collective's wait from every member's arrival. Set
-   wait_s yourself only for waits Comm cannot see (a condition a receiving thread fills), and
-   `waited_on` ({rank: seconds}) when your step knows whose message ended each wait.
-   Declare how the reports attribute your steps' waits ("who waited for whom"): `wait_rule`,
-   one of hetbench.api's WAIT_RULES ("all" here: the averaging steps are collectives over
-   every worker), or a WaitRule of your own.
-5. `intended_sync_share` says how often the protocol means to average (here 1 step in
-   `period`); a report flags a run that averages markedly less than that. Without it the
-   harness assumes every iteration.
-6. `synchronous = True` because every worker takes part in every average. Set it True only
-   when every worker runs the same collective at every iteration in the same order: a
-   wall-clock budget (`seconds`) is then agreed each iteration by a collective, so no worker
-   leaves while its peers still wait for it. Anything else (pairs, groups formed on the fly, a
-   server, a serving thread) sets it False, and drains in `finish` what peers may still ask.
-7. The simulated half (optional; `bench sim` refuses an algorithm without one): a Protocol
-   subclass that plays the same rules in simulated time, named by `simulated_protocol`. The
-   engine (`self.engine`) calls `ready(w)` when worker w's gradient is ready (at `self.engine.now`);
-   the protocol decides when w's step ends and calls `self.engine.end_step(w, t_end, wait_s,
-   fields, peers=..., staleness=...)` with what the real step's StepInfo would say. Costs come
-   from `self.net` (hetbench.api's docstring lists them: `ring(members, nbytes, at, active)`
-   for a ring all-reduce, `message_to(src, dst, nbytes, at, active)` for a message,
-   `p_reduce(...)`, `rpc_one_way(w)`), sizes from `self.model_bytes`; draw any randomness
-   from the same seeds the real step uses. A pairwise protocol (worker w averages with one
-   partner p) looks like this:
-
-       def ready(self, w):
-           p = self.partner(w)
-           self.arrived[w] = self.engine.now
-           if p not in self.arrived:
-               return                      # the first of the pair waits for the other
-           start = self.engine.now            # events run in time order: now is the later arrival
-           end = self.net.ring((w, p), self.model_bytes, start, self.engine.active)
-           for x in (w, p):
-               self.engine.end_step(x, end, start - self.arrived.pop(x), peers=1, staleness=0.0)
-
-   `lockstep = True` (with `step_all`, as below) lets the engine play every worker's k-th step
-   at once, far faster at thousands of workers; it is allowed only when worker w's k-th step
-   ends at a time the k-th gradients alone decide, whatever order events run in. Protocols
-   whose costs depend on what else happens at that instant (a NIC queue other messages are
-   in, a count of active processes that varies with who is computing) or on the order of
-   arrivals (pairs formed by who comes first) do not qualify: leave lockstep False. The
-   event path is the reference; tests/unit/test_sim_lockstep.py checks a lockstep protocol
-   against it.
-   Default costs are a generic machine's: `bench sim --fit-from RESULTS` fits them to real
-   runs of yours (throughput and messages) before you trust a prediction, and `--against
-   RESULTS` then shows each cell's error.
-
-To ship your own as a plugin, put the class in your package and declare an entry point:
-
-    [project.entry-points."hetbench.algorithms"]
-    my-algo = "my_package.my_module:MyAlgorithm"
-
-`bench list` then shows it and `bench run --algorithms my-algo,allreduce` compares it.
+The rules each part follows are in one place, hetbench.api's module docstring (`python -c
+"import hetbench.api; help(hetbench.api)"`). docs/plugins.md walks through a plugin written from
+it, loaded with `--plugin` and shipped as an entry point. Import everything from hetbench.api, as
+this file does: every other module of hetbench is internal and may move.
 """
 
 from __future__ import annotations

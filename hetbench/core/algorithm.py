@@ -1,12 +1,9 @@
-"""The Algorithm interface every synchronization algorithm implements.
+"""The Algorithm interface every synchronization algorithm implements, and StepInfo.
 
-The harness owns the loop: each iteration it has the algorithm's `compute` run the step's
-forward and backward (by default one batch, which the harness runs itself; an algorithm that
-changes the work, such as DropCompute, takes micro-batches through a `Work` and may stop early
-or take more), applies the pace floor and the injected slowdown to each piece of compute, then
-calls `step`, which applies the local update and synchronizes. An algorithm never reads the
-slowdown; it sees its own compute time as it goes (Work.elapsed_s), as a slow GPU's worker
-would, and reports what the event log should say about the step in a StepInfo.
+Plugins import these from hetbench.api, whose module docstring is the contract: when the harness
+calls each method, what a step returns, which Comm primitive serves which pattern, and the
+simulated and learning halves (`python -c "import hetbench.api; help(hetbench.api)"`). The
+docstrings below detail each member.
 """
 
 from __future__ import annotations
