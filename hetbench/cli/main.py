@@ -20,6 +20,7 @@ from hetbench.cli.flags import (
     wait_flag,
 )
 from hetbench.cli.running import run_with_progress, variant_names_of
+from hetbench.core.rundir import RunDir
 from hetbench.core.signals import exit_code, stop_on_signals
 from hetbench.errors import UserError
 
@@ -167,7 +168,7 @@ def _shared_gpu_note(out_dir: Path, configs) -> str | None:
     runs = []
     for config in configs:
         try:
-            summary = read_json(out_dir / config.run_id / "summary.json")
+            summary = read_json(RunDir(out_dir / config.run_id).summary)
         except (OSError, ValueError):
             continue
         runs.append(gpu_row(summary, out_dir / config.run_id))
@@ -236,7 +237,7 @@ def summarize_cmd(run_dirs) -> None:
     for run_dir in run_dirs:
         # The code of this checkout: the ranks ran the same (a shared filesystem).
         summary = with_code(run_dir, summarize_run_dir(run_dir), code_identity(
-            RunConfig.from_dict(read_json(run_dir / "config.json"))))
+            RunConfig.from_dict(read_json(RunDir(run_dir).config))))
         if summary["status"] == "ok":
             click.echo(f"ok   {run_dir}: {summary['throughput']:.1f} samples/s")
         else:

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from hetbench.cli.flags import lock_results, matrix_flags, plugin_flag, wait_flag
+from hetbench.core.rundir import RunDir
 from hetbench.errors import UserError
 
 
@@ -288,13 +289,13 @@ def _results_unwritable(config, run_dir: Path, error: OSError, left: int) -> Non
     from hetbench.core.record import summary_head
     from hetbench.core.store import ResultsWriteError, cut_to_whole_lines, write_json_atomic
 
-    for log in run_dir.glob("events.rank*.jsonl"):
+    for _, log in RunDir(run_dir).event_logs():
         cut_to_whole_lines(log)
     cause = f"simulator: {type(error).__name__}: {error}"
     try:
-        write_json_atomic(run_dir / "summary.json", {
+        write_json_atomic(RunDir(run_dir).summary, {
             **summary_head(config, "failed", cause, time.time()), "simulated": True})
-        recorded = f"on record in {run_dir / 'summary.json'}"
+        recorded = f"on record in {RunDir(run_dir).summary}"
     except OSError as exc:
         recorded = f"its summary.json could not be written either ({exc})"
     raise ResultsWriteError.because(

@@ -25,6 +25,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from hetbench.core.rundir import RunDir
 from hetbench.core.store import read_jsonl, write_text_atomic
 from hetbench.errors import UserError
 from hetbench.slowdown.table import COLUMNS, read_parquet, table_csv
@@ -61,7 +62,7 @@ def bytedance_compute(path: Path) -> tuple[np.ndarray, list[int]]:
 def run_compute(run_dir: Path) -> np.ndarray:
     """compute_s[worker, i] of a hetbench run directory: each worker's i-th step, for the
     steps every worker finished."""
-    config_path = run_dir / "config.json"
+    config_path = RunDir(run_dir).config
     try:
         workers = int(json.loads(config_path.read_text())["workers"])
     except FileNotFoundError:
@@ -70,7 +71,7 @@ def run_compute(run_dir: Path) -> np.ndarray:
         raise UserError(f"{config_path}: cannot read the run's workers ({exc})") from None
     columns = []
     for rank in range(workers):
-        path = run_dir / f"events.rank{rank}.jsonl"
+        path = RunDir(run_dir).events(rank)
         try:
             events, _ = read_jsonl(path)
         except OSError as exc:

@@ -27,6 +27,7 @@ from typing import Any
 from hetbench.comm.clock import now_ns
 from hetbench.core.config import SCHEMA_VERSION, RunConfig
 from hetbench.core.metrics import sync_health, throughput, time_breakdown
+from hetbench.core.rundir import RunDir
 from hetbench.core.store import SERVICE_CPU_FILE, read_json, read_jsonl, write_json_atomic
 from hetbench.core.waits import declared_wait_rule, wait_rule_name
 
@@ -34,7 +35,7 @@ from hetbench.core.waits import declared_wait_rule, wait_rule_name
 def run_dirs(path: Path) -> list[Path]:
     """Run directories (holding config.json) under `path`, skipping set-aside attempts."""
     path = Path(path)
-    if (path / "config.json").exists():
+    if RunDir(path).config.exists():
         return [path]
     return sorted(p.parent for p in path.rglob("config.json")
                   if not any(part.startswith(".") for part in p.relative_to(path).parts))
@@ -45,8 +46,8 @@ def finished_real_runs(results_dir: Path):
     (unreadable, failed and simulated runs skipped): what the simulator's fits learn from."""
     for run_dir in run_dirs(Path(results_dir)):
         try:
-            config = read_json(run_dir / "config.json")
-            summary = read_json(run_dir / "summary.json")
+            config = read_json(RunDir(run_dir).config)
+            summary = read_json(RunDir(run_dir).summary)
         except (OSError, ValueError):
             continue
         if summary.get("status") == "ok" and not summary.get("simulated"):
@@ -146,7 +147,7 @@ def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
         events, bad = read_events(run_dir, rank)
         events_by_rank[rank] = events
         torn += bad
-    evals, bad = read_jsonl(run_dir / "eval.jsonl")
+    evals, bad = read_jsonl(RunDir(run_dir).evaluations)
     torn += bad
     final = next((e for e in reversed(evals) if e.get("kind") == "final"), {})
     done = done_records(config, run_dir)
@@ -201,7 +202,7 @@ def read_events(run_dir: Path, rank: int) -> tuple[list[dict[str, Any]], int]:
     them on its clock aligned at the start (comm/clock.py); what its clock drifted from rank
     0's by the end is removed here, taken as linear between the two estimates. Every reader
     that compares one rank's times with another's reads them through this."""
-    events, bad = read_jsonl(run_dir / f"events.rank{rank}.jsonl")
+    events, bad = read_jsonl(RunDir(run_dir).events(rank))
     correct = drift_correction(run_dir, rank)
     if correct is not None:
         for event in events:
@@ -217,7 +218,7 @@ def drift_correction(run_dir: Path, rank: int):
     ranks on rank 0's host (one clock), a run of an older hetbench or without an end estimate
     (it failed)."""
     try:
-        clock = read_json(run_dir / f"done.rank{rank}.json").get("clock")
+        clock = read_json(RunDir(run_dir).done(rank)).get("clock")
     except (OSError, ValueError):
         return None
     if not clock or not clock.get("aligned") or "end" not in clock:
@@ -357,7 +358,7 @@ def done_records(config: RunConfig, run_dir: Path) -> list[dict[str, Any] | None
     records: list[dict[str, Any] | None] = []
     for rank in range(config.world_size):
         try:
-            records.append(read_json(run_dir / f"done.rank{rank}.json"))
+            records.append(read_json(RunDir(run_dir).done(rank)))
         except (OSError, ValueError):
             records.append(None)
     return records
@@ -397,7 +398,7 @@ def write_summary(config: RunConfig, run_dir: Path, status: str, cause: str | No
         "wall_s": (ended or time.time()) - started, "launcher": config.launcher,
         **summarize(config, run_dir),
     }
-    write_json_atomic(run_dir / "summary.json", summary)
+    write_json_atomic(RunDir(run_dir).summary, summary)
     return summary
 
 
@@ -418,13 +419,13 @@ def summary_head(config: RunConfig, status: str, cause: str | None,
 def write_done(run_dir: Path, rank: int, record: dict[str, Any]) -> None:
     """done.rank<r>.json: the rank ended cleanly (`bench summarize` and the launchers tell a
     finished rank from one that died without a word), with what its finish() did."""
-    write_json_atomic(run_dir / f"done.rank{rank}.json",
+    write_json_atomic(RunDir(run_dir).done(rank),
                       {"rank": rank, "time_ns": now_ns(), **record})
 
 
 def write_error(run_dir: Path, rank: int, record: dict[str, Any]) -> None:
     """error.rank<r>.json: why the rank failed (launch.failures reads it)."""
-    write_json_atomic(run_dir / f"error.rank{rank}.json", {"rank": rank, **record})
+    write_json_atomic(RunDir(run_dir).error(rank), {"rank": rank, **record})
 
 
 def started_line(pid: int, host: str, launcher: str) -> str:
@@ -438,7 +439,7 @@ def rank_hosts(run_dir: Path, world_size: int) -> dict[int, str]:
     found = {}
     for rank in range(world_size):
         try:
-            with open(run_dir / f"worker.rank{rank}.log", errors="replace") as log:
+            with open(RunDir(run_dir).worker_log(rank), errors="replace") as log:
                 head = log.read(4096)
         except OSError:
             continue
@@ -450,7 +451,7 @@ def rank_hosts(run_dir: Path, world_size: int) -> dict[int, str]:
 
 def last_iteration(run_dir: Path, rank: int) -> int | None:
     """The iteration of a worker's last event line (None before its first)."""
-    events, _ = read_jsonl(run_dir / f"events.rank{rank}.jsonl")
+    events, _ = read_jsonl(RunDir(run_dir).events(rank))
     return events[-1]["iteration"] if events else None
 
 
@@ -467,7 +468,7 @@ def events_logged(run_dir: Path, workers: int) -> int:
     total = 0
     for rank in range(workers):
         try:
-            with (run_dir / f"events.rank{rank}.jsonl").open("rb") as f:
+            with RunDir(run_dir).events(rank).open("rb") as f:
                 total += sum(1 for _ in f)
         except FileNotFoundError:
             pass

@@ -28,6 +28,7 @@ from hetbench.comm.comm import ReduceOp
 from hetbench.core.algorithm import Algorithm
 from hetbench.core.config import SCHEMA_VERSION, RunConfig
 from hetbench.core.context import WorkerContext
+from hetbench.core.rundir import RunDir
 from hetbench.core.store import EventLog
 from hetbench.core.target import parse_target
 from hetbench.core.tensors import flat_params_numel, flat_state, set_flat_state
@@ -395,7 +396,7 @@ def evaluate(config: RunConfig, ctx: WorkerContext, workload: Workload, model,
     if server is not None:
         server.close()
     if ctx.rank == 0:
-        log = EventLog(run_dir / "eval.jsonl")
+        log = EventLog(RunDir(run_dir).evaluations)
         for record in records:
             log.append({"schema_version": SCHEMA_VERSION, "run_id": config.run_id, **record})
         log.close()

@@ -21,6 +21,7 @@ from typing import Any
 from hetbench.core.config import RunConfig
 from hetbench.core.identity import code_change, code_identity, recorded_identity
 from hetbench.core.lock import results_lock
+from hetbench.core.rundir import RunDir
 from hetbench.core.store import ResultsWriteError, read_json
 from hetbench.errors import UserError
 from hetbench.harness.launch import make_launcher
@@ -37,7 +38,7 @@ class RunOutcome:
 
 def finished_summary(run_dir: Path) -> dict[str, Any] | None:
     """The summary of a run that finished successfully, or None."""
-    path = run_dir / "summary.json"
+    path = RunDir(run_dir).summary
     if not path.exists():
         return None
     try:
@@ -53,7 +54,7 @@ def stale_code(run_dir: Path, summary: dict[str, Any], config: RunConfig) -> str
     env = None
     if not isinstance(summary.get("code"), dict):
         try:
-            env = read_json(run_dir / "env.json")
+            env = read_json(RunDir(run_dir).env)
         except (OSError, ValueError):
             env = None
     return code_change(recorded_identity(summary, env), code_identity(config))
@@ -77,7 +78,7 @@ def set_aside(run_dir: Path, out_dir: Path, why: str | None = None) -> str:
     returns why it is run again (`why` for a finished one: --force, its code changed) and
     where it went, for the user."""
     try:
-        summary = read_json(run_dir / "summary.json")
+        summary = read_json(RunDir(run_dir).summary)
         what = f"{summary.get('status')}: {summary.get('cause')}"
     except (OSError, ValueError):
         what = "no summary.json: its launcher was killed (or died) while it ran"

@@ -40,6 +40,7 @@ from hetbench.core.context import WorkerContext
 from hetbench.core.faults import parse_fault
 from hetbench.core.plugins import load_from_environment
 from hetbench.core.record import started_line, write_done, write_error
+from hetbench.core.rundir import RunDir
 from hetbench.core.signals import LAUNCHER_PID_ENV, exit_with
 from hetbench.core.store import EventLog, environment, read_json, write_json_atomic
 from hetbench.core.tensors import (
@@ -311,7 +312,7 @@ def _train(config: RunConfig, ctx: WorkerContext, workload: Workload, model, opt
                            None if batches is None else SampleStream(batches), end_compute,
                            options.batch_size, device, dilation, emulated_wait,
                            dilation * options.compute_ms / 1000)
-    log = EventLog(run_dir / f"events.rank{rank}.jsonl")
+    log = EventLog(RunDir(run_dir).events(rank))
     steps = StepLines(config, rank, log, t0_ns, options.batch_size)
     profiler = LoopProfiler.from_env(run_dir, rank, device)  # HETBENCH_PROFILE (profiling.py)
     iteration = 0
@@ -415,7 +416,7 @@ def main(argv: list[str] | None = None) -> None:
         progress.phase = "loading plugins"
         load_from_environment()
         progress.phase = "starting"
-        config = RunConfig.from_dict(read_json(args.run_dir / "config.json"))
+        config = RunConfig.from_dict(read_json(RunDir(args.run_dir).config))
         if config.launcher != "local":
             log_to_run_dir(args.run_dir, rank)
             if os.environ.get(LAUNCHER_PID_ENV):  # started by `bench run`, not by hand
@@ -458,7 +459,7 @@ def log_to_run_dir(run_dir: Path, rank: int) -> None:
     """Send this rank's stdout/stderr to worker.rank<r>.log in the run directory (the local
     launcher does it for each rank; under torchrun and mpirun, whose output interleaves every
     rank's, the worker does it itself), so a run's directory looks the same whoever started it."""
-    fd = os.open(run_dir / f"worker.rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    fd = os.open(RunDir(run_dir).worker_log(rank), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)
@@ -491,8 +492,8 @@ def _services(config: RunConfig, run_dir: Path, rdzv: Rendezvous,
     if path.exists():
         return read_json(path)
     if rdzv.rank == 0:
-        if not (run_dir / "env.json").exists():
-            write_json_atomic(run_dir / "env.json", environment())
+        if not RunDir(run_dir).env.exists():
+            write_json_atomic(RunDir(run_dir).env, environment())
         progress.phase = "starting services"
         services = stack.enter_context(config.algorithm_class().services(config, run_dir))
         rdzv.store.set(SERVICES_KEY, json.dumps(services))

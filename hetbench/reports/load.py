@@ -17,6 +17,7 @@ import pandas as pd
 from hetbench.core.config import SCHEMA_VERSION
 from hetbench.core.lock import describe_holder, writer_of
 from hetbench.core.record import read_events, run_dirs
+from hetbench.core.rundir import RunDir
 from hetbench.core.store import read_json, read_jsonl
 from hetbench.core.variants import variant_names, with_network
 from hetbench.errors import UserError
@@ -99,12 +100,12 @@ def scan_runs(path: str | Path, events: bool = False) -> Scan:
     with `events`, every event log of a finished run is read too (a log that cannot be read
     makes its run unreadable; lines that do not parse are counted in torn_lines)."""
     path = Path(path)
-    results_dir = path if not (path / "config.json").exists() else path.parent
+    results_dir = path if not RunDir(path).config.exists() else path.parent
     scan = Scan(writer=writer_of(results_dir))
     for run_dir in run_dirs(path):
         try:
-            config = _read_object(run_dir / "config.json")
-            summary_path = run_dir / "summary.json"
+            config = _read_object(RunDir(run_dir).config)
+            summary_path = RunDir(run_dir).summary
             summary = _read_object(summary_path) if summary_path.exists() else None
             if summary is not None and "status" not in summary:
                 raise ValueError("summary.json has no status")
@@ -124,7 +125,7 @@ def scan_runs(path: str | Path, events: bool = False) -> Scan:
 
 def _torn_event_lines(run_dir: Path) -> int:
     torn = 0
-    for log in sorted(run_dir.glob("events.rank*.jsonl")):
+    for _, log in RunDir(run_dir).event_logs():
         try:
             _, bad = read_jsonl(log)
         except OSError as exc:
@@ -184,7 +185,7 @@ def load_evals(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=[*RUN_KEYS, *EVAL_COLUMNS])
     emulated = runs["compute"] == "emulated" if "compute" in runs else False
     for _, run in runs[(runs["status"] == "ok") & ~emulated].iterrows():
-        records, _ = read_jsonl(Path(run["run_dir"]) / "eval.jsonl")
+        records, _ = read_jsonl(RunDir(run["run_dir"]).evaluations)
         if not records:
             continue
         frame = pd.DataFrame(records).reindex(columns=EVAL_COLUMNS)
@@ -204,10 +205,8 @@ def load_events(run_dir: str | Path) -> pd.DataFrame:
     """Every worker's per-iteration events of one run (events.rank<r>.jsonl), in rank order."""
     run_dir = Path(run_dir)
     frames = []
-    paths = sorted(run_dir.glob("events.rank*.jsonl"),
-                   key=lambda p: int(p.name.removeprefix("events.rank").split(".")[0]))
-    for path in paths:
-        records, _ = read_events(run_dir, int(path.name.removeprefix("events.rank").split(".")[0]))
+    for rank, _ in RunDir(run_dir).event_logs():
+        records, _ = read_events(run_dir, rank)
         if records:
             frames.append(pd.DataFrame(records))
     if not frames:
@@ -217,7 +216,7 @@ def load_events(run_dir: str | Path) -> pd.DataFrame:
 
 def load_env(run_dir: str | Path) -> dict[str, Any]:
     """The run's env.json (versions, machine, git), or {} if it has none."""
-    path = Path(run_dir) / "env.json"
+    path = RunDir(run_dir).env
     try:
         return read_json(path)
     except (OSError, ValueError):

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from hetbench.core.metrics import throughput_window
+from hetbench.core.rundir import RunDir
 from hetbench.errors import UserError
 from hetbench.reports.load import load_events
 from hetbench.reports.plots import new_figure
@@ -77,7 +78,7 @@ def timeline_plot(run_dir: str | Path, path: Path, warmup_iterations: int = 5,
     """Draw about `iterations` typical iterations of the steady state, a row per worker."""
     events = load_events(run_dir)
     if events.empty:
-        if (Path(run_dir) / "workers.json").exists():
+        if RunDir(run_dir).workers.exists():
             raise UserError(f"run {Path(run_dir).name} was simulated with one record per "
                             "worker and no event lines; simulate it with `bench sim --events "
                             "full` to draw it")

@@ -49,6 +49,7 @@ from typing import Any
 import pandas as pd
 
 from hetbench.core.record import read_events
+from hetbench.core.rundir import RunDir
 from hetbench.core.store import read_json
 from hetbench.core.waits import WAIT_RULES, WaitRule, declared_wait_rule
 from hetbench.reports.wait_rules import (
@@ -196,8 +197,7 @@ def _rule_of(config: dict[str, Any], events: dict[int, list[dict]],
 def load_rank_events(run_dir: Path) -> dict[int, list[dict]]:
     """Each worker's events in iteration order (torn lines skipped, as every reader does)."""
     events = {}
-    for path in Path(run_dir).glob("events.rank*.jsonl"):
-        rank = int(path.name.removeprefix("events.rank").split(".")[0])
+    for rank, _ in RunDir(run_dir).event_logs():
         records, _ = read_events(Path(run_dir), rank)  # on rank 0's clock
         events[rank] = sorted(records, key=lambda e: e["iteration"])
     return dict(sorted(events.items()))
@@ -206,7 +206,7 @@ def load_rank_events(run_dir: Path) -> dict[int, list[dict]]:
 def run_waits(run_dir: str | Path, events: dict[int, list[dict]] | None = None) -> RunWaits:
     """Attribute one run's waiting (`events`: its load_rank_events, when already read)."""
     run_dir = Path(run_dir)
-    config = read_json(run_dir / "config.json")
+    config = read_json(RunDir(run_dir).config)
     events = load_rank_events(run_dir) if events is None else events
     workers = int(config.get("workers", len(events)))
     # A field the log does not hold is absent, never NaN (events read through a DataFrame
@@ -214,11 +214,11 @@ def run_waits(run_dir: str | Path, events: dict[int, list[dict]] | None = None) 
     events = {rank: [{k: v for k, v in e.items() if not (isinstance(v, float) and v != v)}
                      for e in rank_events] for rank, rank_events in events.items()}
     try:
-        summary = read_json(run_dir / "summary.json")
+        summary = read_json(RunDir(run_dir).summary)
     except (OSError, ValueError):  # no summary yet (a run in progress), or unreadable
         summary = {}
     rule, reason = _rule_of(config, events, summary)
-    if not events and (run_dir / "workers.json").exists():
+    if not events and RunDir(run_dir).workers.exists():
         rule, reason = None, ("simulated with one record per worker, no event lines "
                               "(`bench sim --events full` writes them)")
     custom = rule if isinstance(rule, WaitRule) else None

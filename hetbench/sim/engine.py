@@ -28,6 +28,7 @@ from hetbench.core.algorithm import Algorithm
 from hetbench.core.config import RunConfig
 from hetbench.core.record import summary_head
 from hetbench.core.registry import ALGORITHMS
+from hetbench.core.rundir import RunDir
 from hetbench.core.signals import interrupted_cause
 from hetbench.core.store import environment, read_json, write_json_atomic
 from hetbench.errors import UserError
@@ -447,8 +448,8 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path,
     run_dir.mkdir(parents=True, exist_ok=True)
     if config.learn:
         engine.learner = Learner(config, run_dir)
-    write_json_atomic(run_dir / "config.json", config.to_dict())
-    write_json_atomic(run_dir / "env.json", {**environment(), "simulated": True})
+    write_json_atomic(RunDir(run_dir).config, config.to_dict())
+    write_json_atomic(RunDir(run_dir).env, {**environment(), "simulated": True})
     sink = engine.sink = EventSink(config, run_dir, full_events(events, config.workers),
                                    keep=facts_read_events(config))
     status, cause, stopped = "ok", None, None
@@ -475,7 +476,7 @@ def simulate(config: RunConfig, models: SimModels, out_dir: Path,
         sink.close()  # what was simulated so far, as a real run's events
         summary = _summary(config, models, engine, "interrupted", interrupted_cause(exc),
                            started)
-    write_json_atomic(run_dir / "summary.json", summary)
+    write_json_atomic(RunDir(run_dir).summary, summary)
     if stopped is not None:
         raise stopped
     return SimResult(config, run_dir, summary, summary["sim_s"])
@@ -594,7 +595,7 @@ def _clear_previous(run_dir: Path) -> None:
         return
     # env.json marks a simulation from its start: one killed before its summary is ours too.
     try:
-        simulated = read_json(run_dir / "env.json").get("simulated") is True
+        simulated = read_json(RunDir(run_dir).env).get("simulated") is True
     except (OSError, ValueError):
         simulated = False
     if not simulated:

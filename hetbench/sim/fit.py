@@ -10,6 +10,7 @@ from pathlib import Path
 
 from hetbench.core.config import RunConfig
 from hetbench.core.record import finished_real_runs
+from hetbench.core.rundir import RunDir
 from hetbench.errors import UserError
 from hetbench.sim.model import ComputeModel, layout
 
@@ -46,7 +47,7 @@ def fit_compute(results_dir: Path) -> ComputeModel:
         batch = config.get("workload_options", {}).get("batch_size")
         warmup = config.get("warmup_iterations", 0)
         for rank in range(config["workers"]):
-            events, _ = read_jsonl(run_dir / f"events.rank{rank}.jsonl")
+            events, _ = read_jsonl(RunDir(run_dir).events(rank))
             if not events:
                 continue
             t0 = events[0]["t_start"]
@@ -111,7 +112,7 @@ def allreduce_hops(results_dir: Path, beta_bytes_per_s: float) -> list[tuple[int
         n = config.workers
         last: dict[int, tuple[int, float]] = {}  # iteration -> (ready at, comm_s) of the last
         for r in range(n):
-            for e in read_jsonl(run_dir / f"events.rank{r}.jsonl")[0][config.warmup_iterations:]:
+            for e in read_jsonl(RunDir(run_dir).events(r))[0][config.warmup_iterations:]:
                 ready = e["t_start"] + round((e["compute_s"] + e["slowdown_s"]) * 1e9)
                 if ready > last.get(e["iteration"], (-1, 0.0))[0]:
                     last[e["iteration"]] = (ready, e["comm_s"])
@@ -130,7 +131,7 @@ def run_cores(run_dir: Path) -> int | None:
     from hetbench.core.store import read_json
 
     try:
-        cores = read_json(Path(run_dir) / "env.json").get("cpu_count")
+        cores = read_json(RunDir(run_dir).env).get("cpu_count")
     except (OSError, ValueError):
         return None
     return cores if isinstance(cores, int) and cores >= 1 else None
@@ -197,7 +198,7 @@ def fit_group_setup(results_dir: Path) -> float | None:
         cache_size = getattr(config.algorithm_config(), "cache_size", None)
         if cache_size is None:
             continue
-        events = [read_jsonl(run_dir / f"events.rank{r}.jsonl")[0]
+        events = [read_jsonl(RunDir(run_dir).events(r))[0]
                   for r in range(config.workers)]
         first_end: dict[int, tuple[int, tuple[int, ...]]] = {}
         for rank_events in events:

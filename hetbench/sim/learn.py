@@ -37,6 +37,7 @@ from torch.func import grad, vmap
 from torch.nn.utils.stateless import _reparametrize_module
 
 from hetbench.core.config import RunConfig
+from hetbench.core.rundir import RunDir
 from hetbench.core.store import EventLog
 from hetbench.core.target import parse_target
 from hetbench.errors import UserError
@@ -516,7 +517,7 @@ class Learner:
         if self._crossing is not None and any(
                 self.target.met(r.get(self.target.column)) for r in self.records):
             self.records.append(self._crossing)
-        log = EventLog(self.run_dir / "eval.jsonl")
+        log = EventLog(RunDir(self.run_dir).evaluations)
         try:
             for record in self.records:
                 log.append({"schema_version": 1, "run_id": self.config.run_id, **record})

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from hetbench.core.config import RunConfig
 from hetbench.core.record import read_events
+from hetbench.core.rundir import RunDir
 from hetbench.core.store import read_json
 from hetbench.errors import UserError
 from hetbench.sim.engine import SimResult, simulate, simulated_protocol
@@ -57,7 +58,7 @@ def recorded_order(real_run_dir: Path, config: RunConfig):
                         "followed")
     logs = {w: read_events(Path(real_run_dir), w)[0]  # on rank 0's clock
             for w in range(config.workers)}
-    done = {w: read_json(Path(real_run_dir) / f"done.rank{w}.json")
+    done = {w: read_json(RunDir(real_run_dir).done(w))
             for w in range(config.workers)}
     try:
         return protocol.recorded_order(logs, done)
@@ -71,10 +72,10 @@ def learn_along(real_run_dir: Path, models: SimModels, out_dir: Path,
     """Simulate the real run in `real_run_dir` with learning (its own config: workload, seed,
     options), its order-dependent events in the real run's order."""
     real_run_dir = Path(real_run_dir)
-    summary = read_json(real_run_dir / "summary.json")
+    summary = read_json(RunDir(real_run_dir).summary)
     if summary.get("status") != "ok":
         raise UserError(f"{real_run_dir}: not a finished run (status "
                         f"{summary.get('status')!r}), so its record is not whole")
-    config = RunConfig.from_dict({**read_json(real_run_dir / "config.json"), "learn": True})
+    config = RunConfig.from_dict({**read_json(RunDir(real_run_dir).config), "learn": True})
     return simulate(config, models, out_dir, events=events,
                     recorded_order=recorded_order(real_run_dir, config))

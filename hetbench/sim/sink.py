@@ -20,6 +20,7 @@ import numpy as np
 from hetbench.core.config import RunConfig
 from hetbench.core.metrics import SyncTally, throughput_of_columns
 from hetbench.core.record import HARNESS_KEYS, encode_fields, logged_peer_ranks, step_event
+from hetbench.core.rundir import RunDir
 from hetbench.core.store import jsonl_line, write_json_atomic
 from hetbench.core.waits import declared_wait_rule, wait_rule_name
 from hetbench.errors import UserError
@@ -236,7 +237,7 @@ class EventSink:
     def _flush(self, rank: int) -> None:
         lines = self._buffers.pop(rank, [])
         if lines:
-            with (self.run_dir / f"events.rank{rank}.jsonl").open("a") as f:
+            with RunDir(self.run_dir).events(rank).open("a") as f:
                 f.write("".join(lines))
 
     def close(self) -> None:
@@ -244,7 +245,7 @@ class EventSink:
         for rank in list(self._buffers):
             self._flush(rank)
         if not self.full:
-            write_json_atomic(self.run_dir / "workers.json", {"workers": self.per_worker()})
+            write_json_atomic(RunDir(self.run_dir).workers, {"workers": self.per_worker()})
 
     def kept_events(self) -> KeptEvents | list:
         """Every worker's events, rank by rank, as a real run's summarize reads them from its

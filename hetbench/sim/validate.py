@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from hetbench.core.config import RunConfig
+from hetbench.core.rundir import RunDir
 from hetbench.core.store import read_json
 from hetbench.sim.engine import simulate
 from hetbench.sim.model import SimModels
@@ -25,8 +26,8 @@ def compare_with_real(real_dir: Path, models: SimModels, out_dir: Path,
     rows = []
     for run_dir in run_dirs(Path(real_dir)):
         try:
-            summary = read_json(run_dir / "summary.json")
-            config = RunConfig.from_dict(read_json(run_dir / "config.json"))
+            summary = read_json(RunDir(run_dir).summary)
+            config = RunConfig.from_dict(read_json(RunDir(run_dir).config))
         except (OSError, ValueError):
             continue
         if summary.get("status") != "ok" or summary.get("simulated"):
@@ -69,8 +70,8 @@ def compare_learning_with_real(real_dir: Path, models: SimModels,
     rows = []
     for run_dir in run_dirs(Path(real_dir)):
         try:
-            summary = read_json(run_dir / "summary.json")
-            config = RunConfig.from_dict({**read_json(run_dir / "config.json"), "learn": True})
+            summary = read_json(RunDir(run_dir).summary)
+            config = RunConfig.from_dict({**read_json(RunDir(run_dir).config), "learn": True})
         except (OSError, ValueError):
             continue
         if (summary.get("status") != "ok" or summary.get("simulated")

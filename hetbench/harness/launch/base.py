@@ -11,6 +11,7 @@ from hetbench.core.config import RunConfig
 from hetbench.core.identity import KEY as CODE_KEY
 from hetbench.core.identity import code_identity
 from hetbench.core.record import events_logged, size, write_summary
+from hetbench.core.rundir import RunDir
 from hetbench.core.signals import interrupted_cause
 from hetbench.core.store import ResultsWriteError, environment, write_json_atomic
 from hetbench.harness.launch.failures import results_write_failed
@@ -33,11 +34,11 @@ def record_run(config: RunConfig, run_dir: Path, train: Callable[[dict[str, Any]
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ResultsWriteError(run_dir, exc) from exc
-    write_json_atomic(run_dir / "config.json", config.to_dict())
+    write_json_atomic(RunDir(run_dir).config, config.to_dict())
     # Which code the ranks run (core/identity.py), beside the machine: the runner reruns a
     # finished run whose code changed since.
     code = code_identity(config)
-    write_json_atomic(run_dir / "env.json", {**environment(), CODE_KEY: code})
+    write_json_atomic(RunDir(run_dir).env, {**environment(), CODE_KEY: code})
     started = time.time()
     try:
         with config.algorithm_class().services(config, run_dir) as services:
@@ -77,7 +78,7 @@ def _record(config: RunConfig, run_dir: Path, status: str, cause: str | None, st
 def with_code(run_dir: Path, summary: dict[str, Any], code: dict[str, str]) -> dict[str, Any]:
     """summary.json again with the run's code identity (core.record.write_summary knows none)."""
     summary = {**summary, CODE_KEY: code}
-    write_json_atomic(run_dir / "summary.json", summary)
+    write_json_atomic(RunDir(run_dir).summary, summary)
     return summary
 
 
@@ -103,8 +104,8 @@ class Progress:
 
     def poll(self) -> None:
         config, run_dir = self.config, self.run_dir
-        logged = sum(size(run_dir / f"events.rank{r}.jsonl") for r in range(config.workers))
-        logged += sum(size(run_dir / f"worker.rank{r}.log") for r in range(config.world_size))
+        logged = sum(size(RunDir(run_dir).events(r)) for r in range(config.workers))
+        logged += sum(size(RunDir(run_dir).worker_log(r)) for r in range(config.world_size))
         if logged != self.logged:
             self.logged, self.changed = logged, time.time()
             if self.on_progress and time.time() - self.reported > 0.5:

@@ -25,6 +25,7 @@ from hetbench.core.config import RunConfig
 from hetbench.core.hosts import parse_hosts, place
 from hetbench.core.plugins import PLUGINS_ENV
 from hetbench.core.record import last_iteration, rank_hosts, write_summary
+from hetbench.core.rundir import RunDir
 from hetbench.core.signals import LAUNCHER_PID_ENV
 from hetbench.core.store import read_json, write_json_atomic
 from hetbench.errors import UserError
@@ -302,12 +303,12 @@ def mpirun_flags() -> list[str]:
 
 def finished_ranks(run_dir: Path, world_size: int) -> set[int]:
     """Ranks that ended cleanly (their done.rank<r>.json)."""
-    return {r for r in range(world_size) if (run_dir / f"done.rank{r}.json").exists()}
+    return {r for r in range(world_size) if RunDir(run_dir).done(r).exists()}
 
 
 def reported_ranks(run_dir: Path, world_size: int) -> set[int]:
     """Ranks that failed and said why (their error.rank<r>.json)."""
-    return {r for r in range(world_size) if (run_dir / f"error.rank{r}.json").exists()}
+    return {r for r in range(world_size) if RunDir(run_dir).error(r).exists()}
 
 
 # -- multi-node: prepare on one machine, launch on each, summarize afterwards ------------------
@@ -322,7 +323,7 @@ def prepare(config: RunConfig, run_dir: Path) -> None:
         raise UserError("--prepare is for torchrun and mpirun; launcher slurm submits each run "
                         "as a job and watches it itself: drop --prepare")
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(run_dir / "config.json", config.to_dict())
+    write_json_atomic(RunDir(run_dir).config, config.to_dict())
 
 
 def summarize_run_dir(run_dir: Path) -> dict[str, Any]:
@@ -331,9 +332,9 @@ def summarize_run_dir(run_dir: Path) -> dict[str, Any]:
     ok when every rank left done.rank<r>.json; otherwise failed, with the cause from the ranks'
     error reports or, failing those, the ranks that ended without a word (killed).
     """
-    if not (run_dir / "config.json").exists():
+    if not RunDir(run_dir).config.exists():
         raise UserError(f"{run_dir} holds no config.json; is it a run directory?")
-    config = RunConfig.from_dict(read_json(run_dir / "config.json"))
+    config = RunConfig.from_dict(read_json(RunDir(run_dir).config))
     done = finished_ranks(run_dir, config.world_size)
     cause = None
     if reported_ranks(run_dir, config.world_size):
@@ -352,11 +353,11 @@ def summarize_run_dir(run_dir: Path) -> dict[str, Any]:
 def _run_span(run_dir: Path, world_size: int) -> tuple[float, float]:
     """When the run started and ended, as well as its files tell (seconds since the epoch):
     rank 0 writes env.json as it starts; each rank's log is written until it ends."""
-    start_marker = run_dir / "env.json"
+    start_marker = RunDir(run_dir).env
     if not start_marker.exists():
-        start_marker = run_dir / "config.json"
+        start_marker = RunDir(run_dir).config
     started = start_marker.stat().st_mtime
     ends = [p.stat().st_mtime for r in range(world_size)
-            for p in (run_dir / f"worker.rank{r}.log", run_dir / f"done.rank{r}.json",
-                      run_dir / f"error.rank{r}.json") if p.exists()]
+            for p in (RunDir(run_dir).worker_log(r), RunDir(run_dir).done(r),
+                      RunDir(run_dir).error(r)) if p.exists()]
     return started, max(ends, default=started)

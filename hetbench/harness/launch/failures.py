@@ -10,6 +10,7 @@ import signal
 from pathlib import Path
 
 from hetbench.core.record import last_iteration
+from hetbench.core.rundir import RunDir
 from hetbench.core.store import ResultsWriteError, read_json
 
 
@@ -21,7 +22,7 @@ def failure_cause(run_dir: Path, codes: dict[int, int | None]) -> str:
     """
     reports = {}
     for rank in codes:
-        path = run_dir / f"error.rank{rank}.json"
+        path = RunDir(run_dir).error(rank)
         # None, or one cut short (a full disk): as if the rank had not reported.
         with contextlib.suppress(OSError, ValueError):
             reports[rank] = read_json(path)

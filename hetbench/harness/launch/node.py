@@ -29,6 +29,7 @@ import threading
 from pathlib import Path
 
 from hetbench.comm.interfaces import choose_interface
+from hetbench.core.rundir import RunDir
 from hetbench.core.signals import LAUNCHER_PID_ENV
 from hetbench.errors import UserError
 from hetbench.harness.launch.hostwatch import answer_probes
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     here = socket.gethostname()
     try:
-        if not (args.run_dir / "config.json").exists():
+        if not RunDir(args.run_dir).config.exists():
             raise UserError(f"{args.run_dir}/config.json is not visible on {here}: a multi-host "
                             "run's results must be on a filesystem every host shares (the same "
                             "path on each)")
