@@ -294,9 +294,9 @@ class AllReduce(Algorithm):
             ctx.comm.average_(flat, members=ctx.worker_ranks)
             # Each gradient becomes its view of the averaged bucket, as DDP's
             # gradient_as_bucket_view does: no copy back. (torch._utils' flatten/unflatten are
-            # the C++ helpers DDP and apex use.) Concatenating in Python and copying slices
-            # back one by one took ~80 us of thread CPU per mlp-digits iteration on 4 ranks;
-            # this ~60 (BENCHMARKS.md "On the CPU, where the harness's own time went").
+            # the C++ helpers DDP and apex use.) Cheaper in thread CPU than concatenating in
+            # Python and copying slices back one by one (measured in
+            # docs/results/benchmarks-history.md, "On the CPU, where the harness's own time went").
             for param, averaged in zip(bucket, _unflatten_dense_tensors(flat, grads),
                                        strict=True):
                 param.grad = averaged

@@ -7,8 +7,8 @@ random inputs of the paper's data shape. The input is the paper's, not the workl
 Prague paper trains the ResNets on ImageNet (224x224, 1000 classes) and VGG-16 on CIFAR-10, so
 an emulated resnet18 run costs ImageNet compute while its messages are the workload's model
 (10 classes: 11.18M parameters against 11.69M). Rows at 32 images are partly bound by the host's
-kernel launches (two sittings on one machine differed by up to 30%); the rows at 64 and 128 and
-the Transformer's agreed within 1%. BENCHMARKS.md ("Compute on a GPU") has both sittings.
+kernel launches, so they move more between sittings than the larger batches' rows;
+docs/results/benchmarks-history.md ("Compute on a GPU") has the sittings and their spread.
 """
 
 from __future__ import annotations

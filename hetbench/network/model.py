@@ -164,7 +164,8 @@ def resolve_network(table: dict[str, Any] | None) -> dict[str, Any]:
 
 
 #: CPU seconds one worker's iteration costs the host beyond its compute (the Python loop, gloo's
-#: transport): the upper end of what ps-async and ps-sync on mlp-digits cost (BENCHMARKS.md).
+#: transport): the upper end of what ps-async and ps-sync on mlp-digits cost
+#: (docs/results/benchmarks-history.md).
 HOST_CPU_PER_STEP_S = 2.5e-3
 
 

@@ -268,7 +268,7 @@ class Meetings:
     all build a new one first (network.group_setup_s; 0 unless set). The store
     claim before each use (one concurrent compare_set per member) is not charged: a
     P-Reduce on a cached communicator costs what an all-reduce of the same ranks costs, within
-    the ring formula's error (BENCHMARKS.md), so the formula already covers it.
+    the ring formula's error (docs/results/benchmarks-history.md), so the formula covers it.
     """
 
     def __init__(self, protocol: Protocol):

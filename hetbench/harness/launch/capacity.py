@@ -10,7 +10,7 @@ passes --allow-oversubscribe:
 - cores: at most RANKS_PER_CORE ranks per core. Past that, ranks time-slice so finely that what
   is measured is the scheduler, not the algorithm (and the gloo timeouts fire).
 
-README's "Worlds that cannot fit" gives the measurements behind the constants.
+docs/matrices.md ("Worlds that cannot fit") gives the measurements behind the constants.
 """
 
 from __future__ import annotations
