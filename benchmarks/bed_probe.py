@@ -1,0 +1,80 @@
+"""One algorithm across a shaped test bed, with each host's TCP retransmissions counted: is a
+shaped run slow because TCP lost segments at the bed's queues, or for the protocol's reasons?
+
+    python benchmarks/bed_probe.py hop --hidden 32768 [--option backup_workers=0]
+
+Runs testbed.measure's link-bound matrix (mlp-digits, 20 ms of emulated compute; --hidden
+sets the message size: 32,768 units is 9.7 MB, beyond a socket's buffer) for the algorithm
+on a bed of --hosts one-rank hosts, every link shaped to --rate, and prints per host the TCP
+segments sent, received and retransmitted during the run (/proc/net/snmp inside each host's
+namespace), then the run's throughput. Needs root and network namespaces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from hetbench import testbed  # noqa: E402
+from hetbench.testbed.measure import link_bound_matrix, run_across  # noqa: E402
+
+SERVERS = {"ps-sync", "ps-async", "allreduce-backup", "async-diloco"}
+
+
+def tcp_counters(bed, host: str) -> dict[str, int]:
+    """The host's Tcp: counters (its own namespace's /proc/net/snmp)."""
+    lines = bed.run(host, ["cat", "/proc/net/snmp"], capture_output=True,
+                    text=True).stdout.splitlines()
+    keys, values = [line.split()[1:] for line in lines if line.startswith("Tcp:")]
+    return dict(zip(keys, map(int, values), strict=True))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("algorithm")
+    parser.add_argument("--hosts", type=int, default=5)
+    parser.add_argument("--rate", default="100mbit")
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--option", action="append", default=[],
+                        help="KEY=VALUE for [algorithm.<name>] (TOML values), repeatable")
+    args = parser.parse_args()
+    workers = args.hosts - 1 if args.algorithm in SERVERS else args.hosts - args.hosts % 2
+    matrix_text = link_bound_matrix("bed-probe", [args.algorithm], workers, args.iterations,
+                                    args.hidden)
+    if args.option:
+        matrix_text += f"\n[algorithm.{args.algorithm}]\n" + "\n".join(args.option) + "\n"
+    work = Path(tempfile.mkdtemp(prefix="bed-probe-"))
+    matrix = work / "matrix.toml"
+    matrix.write_text(matrix_text)
+    name = "bprobe"
+    testbed.down(name)
+    bed = testbed.up(name, hosts=args.hosts, subnet="10.77.12")
+    try:
+        for host in bed.hosts:
+            testbed.shape_link(bed, host, args.rate)
+        before = {host: tcp_counters(bed, host) for host in bed.hosts}
+        done = run_across(bed, args.hosts, matrix, work / "out")
+        after = {host: tcp_counters(bed, host) for host in bed.hosts}
+    finally:
+        testbed.down(name)
+    if done.returncode:
+        raise SystemExit(f"the run failed: {done.stderr[-2000:]}")
+    for host in bed.hosts:
+        moved = {key: after[host][key] - before[host][key]
+                 for key in ("OutSegs", "InSegs", "RetransSegs")}
+        print(f"{host}: {moved}")
+    for path in (work / "out").glob("*/summary.json"):
+        summary = json.loads(path.read_text())
+        print(f"{summary['algorithm']}: {summary['throughput']:.1f} samples/s "
+              f"({summary['status']}); runs kept in {work}")
+
+
+if __name__ == "__main__":
+    main()
