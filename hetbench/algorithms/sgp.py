@@ -373,13 +373,26 @@ class OSGPSim(DPSGDSim):
         self.engine.at(end, self._mix_fair, x, k, now - self.ready_at[x][k])
 
     def _mix_fair(self, x: int, k: int, wait: float) -> None:
-        """x mixes in, in posting order, the messages arrived by now (SGP._mix_in)."""
-        incoming, mixed, arrived = self.incoming[x], [], self._arrived
+        """x mixes in the messages arrived by now (SGP._mix_in) and its step ends."""
+        arrived = self._arrived
+
+        def take(src: int, k_in: int) -> bool:
+            if (src, x, k_in) not in arrived:
+                return False
+            arrived.remove((src, x, k_in))
+            return True
+
+        self._end_mixing(x, k, self.engine.now, wait, take)
+
+    def _end_mixing(self, x: int, k: int, end: float, wait: float, take) -> None:
+        """x's step k ends at `end`, mixing in, in posting order, each message whose
+        `take(src, k_in)` says it has arrived (the first that has not stops it), as the real
+        step's _mix_in does; its model is then x / w."""
+        incoming, mixed = self.incoming[x], []
         while incoming:
             k_in, src = incoming[0]
-            if (src, x, k_in) not in arrived:
+            if not take(src, k_in):
                 break
-            arrived.remove((src, x, k_in))
             incoming.popleft()
             mixed.append(k - k_in)
             if self.engine.learner is not None:
@@ -387,7 +400,7 @@ class OSGPSim(DPSGDSim):
         if self.engine.learner is not None:
             x_sum, w_sum = self._push_sum[x]
             self.engine.learner.set_row(x, x_sum / w_sum)
-        self.engine.end_step(x, self.engine.now, wait, peers=len(mixed),
+        self.engine.end_step(x, end, wait, peers=len(mixed),
                              staleness=sum(mixed) / len(mixed) if mixed else None)
 
     def _learn_send(self, w: int, k: int, send_to) -> None:
@@ -458,23 +471,16 @@ class OSGPSim(DPSGDSim):
         net = self.net
         sends = self._partners(x, k)[2]
         end = latest + sends * net.cpu_s * net.share(self.engine.active)
-        incoming, mixed = self.incoming[x], []
-        while incoming:
-            k_in, src = incoming[0]
+        to_mix = self.to_mix
+
+        def take(src: int, k_in: int) -> bool:
             if len(ready_at[src]) <= k_in:
-                break
-            if on_cluster:
-                if self.to_mix[(src, x, k_in)] > end:
-                    break
-                del self.to_mix[(src, x, k_in)]
-            elif ready_at[src][k_in] + flight > end:
-                break
-            incoming.popleft()
-            mixed.append(k - k_in)
-            if self.engine.learner is not None:
-                self._learn_mix(x, src, k_in)
-        if self.engine.learner is not None:
-            x_sum, w_sum = self._push_sum[x]
-            self.engine.learner.set_row(x, x_sum / w_sum)
-        self.engine.end_step(x, end, latest - mine, peers=len(mixed),
-                          staleness=sum(mixed) / len(mixed) if mixed else None)
+                return False
+            if not on_cluster:
+                return ready_at[src][k_in] + flight <= end
+            if to_mix[(src, x, k_in)] > end:
+                return False
+            del to_mix[(src, x, k_in)]
+            return True
+
+        self._end_mixing(x, k, end, latest - mine, take)
