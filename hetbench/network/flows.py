@@ -120,6 +120,11 @@ class _Pool:
     def service_at(self, t: float) -> float:
         return self.service + self.rate * (t - self.at)
 
+    def bank(self, t: float) -> None:
+        """Fold the service up to t into `service`, before the rate changes at t."""
+        self.service = self.service_at(t)
+        self.at = t
+
     def head(self) -> _Flow | None:
         """The member that completes first (the earliest started among equals)."""
         targets = self.targets
@@ -448,8 +453,7 @@ class FlowNetwork:
             for f in flows.values():
                 self._enter(pool, f)
         else:
-            pool.service = pool.service_at(now)
-            pool.at = now
+            pool.bank(now)
             self.last_recompute += 1
             self._enter(pool, flow)
         self._pool_rate(pool)
@@ -465,9 +469,7 @@ class FlowNetwork:
 
     def _pool_rate(self, pool: _Pool) -> None:
         """A pool's rate from now on: its port's even share among its members."""
-        now = self._now
-        pool.service = pool.service_at(now)
-        pool.at = now
+        pool.bank(self._now)
         pool.rate = pool.capacity / pool.members
         if pool.service > POOL_REBASE_BYTES:
             # Keep targets and service small, so that their difference (a member's bytes
