@@ -201,7 +201,7 @@ def point_to_point_note(runs: pd.DataFrame) -> list[str]:
         notes.append(
             "Simulated with [network] transport = \"fair\" (a message moves once its receive "
             "is posted; flows share links max-min fairly): on kernel-shaped links real ranks "
-            f"measured {SHAPED_OVER_MODEL['fair']} of its throughput, within 10% in 21 of 46 "
+            f"measured {SHAPED_OVER_MODEL['fair']} of its throughput, within 10% in 20 of 46 "
             "cells. It leaves out control messages waiting behind data in a host's queue and "
             "TCP's uneven sharing among a server's concurrent replies, and misses Hop with a "
             f"backup worker on messages beyond a socket buffer (0.60x, cause not found) "

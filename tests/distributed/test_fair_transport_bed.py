@@ -1,11 +1,19 @@
-"""Hop on kernel-shaped links against `bench sim` with `transport = "fair"` (issue 58): real
-ranks on a test bed of four one-rank hosts whose links tbf shapes to 100 Mbit/s, and the same
-matrix simulated on the bed's measured link, within 10% of each other.
+"""Hop on kernel-shaped links against `bench sim` with `transport = "fair"` and `"fcfs"`
+(issue 58): real ranks on a test bed of four one-rank hosts whose links tbf shapes to 100
+Mbit/s, and the same matrix simulated on the bed's measured link both ways.
 
 Hop is the point-to-point protocol whose gap the model had most to answer for: each worker
 sends its model to both neighbours at once, and the two messages share its link (first come
-first served, the model had them one after the other, 0.70x of the shaped run). Every case is
-real: namespaces, bench and its ranks as processes on them, gloo over the bed's shaped bridge.
+first served, the model had them one after the other and overestimated Hop by half). Every case
+is real: namespaces, bench and its ranks as processes on them, gloo over the bed's shaped
+bridge.
+
+The run is long enough (120 iterations) to measure Hop's steady state, not its start: for about
+the first 50 iterations the real run keeps pace with the fair model, then a backlog of about
+three messages forms on the pairs into one worker, which fair's simulated run never forms
+(docs/results/2026-11-28-fair-transport-bed.md, "Hop's steady state"). The bounds say what
+was measured and leave the margin a loaded CI machine needs: the fair model within 20% below and
+10% above the shaped run, and closer to it than first come first served.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTS = 4
-MATRIX = link_bound_matrix("fair-bed", ["hop"], HOSTS)
+MATRIX = link_bound_matrix("fair-bed", ["hop"], HOSTS, iterations=120)
 
 
 def _throughput(out: Path) -> float:
@@ -42,7 +50,17 @@ def _throughput(out: Path) -> float:
     return summaries[0]["throughput"]
 
 
-def test_hops_shaped_run_is_within_10_percent_of_its_fair_simulation(tmp_path):
+def _simulated(tmp_path: Path, link: dict, transport: str) -> float:
+    matrix = tmp_path / f"{transport}.toml"
+    matrix.write_text(MATRIX + network_table(link, transport=transport))
+    done = subprocess.run([sys.executable, "-m", "hetbench", "sim", str(matrix),
+                           "--out", str(tmp_path / transport)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return _throughput(tmp_path / transport)
+
+
+def test_hops_shaped_run_is_nearer_its_fair_simulation_than_first_come(tmp_path):
     name = "fairtb"
     testbed.down(name)
     bed = testbed.up(name, hosts=HOSTS, subnet="10.77.9")
@@ -57,13 +75,9 @@ def test_hops_shaped_run_is_within_10_percent_of_its_fair_simulation(tmp_path):
     finally:
         testbed.down(name)
     shaped = _throughput(tmp_path / "shaped")
-    simulated_matrix = tmp_path / "simulated.toml"
-    simulated_matrix.write_text(MATRIX + network_table(link, transport="fair"))
-    done = subprocess.run([sys.executable, "-m", "hetbench", "sim", str(simulated_matrix),
-                           "--out", str(tmp_path / "simulated")],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    simulated = _throughput(tmp_path / "simulated")
-    # Measured on the 2-core development machine: shaped 1681, fair 1742 samples/s (0.965);
-    # first come first served 2394 (0.70), which this bound rules out.
-    assert 0.9 <= shaped / simulated <= 1.1, (shaped, simulated, link)
+    fair, fcfs = _simulated(tmp_path, link, "fair"), _simulated(tmp_path, link, "fcfs")
+    figures = {"shaped": shaped, "fair": fair, "fcfs": fcfs, "link": link}
+    # Measured on the 2-core development machine over 120-200 iterations: shaped / fair
+    # 0.88-0.91, shaped / fcfs 0.64-0.66.
+    assert 0.8 <= shaped / fair <= 1.1, figures
+    assert abs(1 - shaped / fair) < abs(1 - shaped / fcfs), figures
