@@ -104,7 +104,9 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
             pace_ms, target, out, launcher, force, dry_run, prepare, hosts, rsh_agent, network,
             dilation, wait, allow_oversubscribe) -> None:
     """Run a matrix of algorithms x workloads x workers x slowdowns x seeds."""
-    if not (dry_run or prepare) and launcher in (None, "local"):
+    from hetbench.core.launchers import DEFAULT_LAUNCHER, launcher_kind
+
+    if not (dry_run or prepare) and (launcher or DEFAULT_LAUNCHER) == "local":
         from hetbench.harness.launch.local import start_forkserver_early
 
         start_forkserver_early()
@@ -141,11 +143,13 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         if "tune" in spec:
             click.echo("note: this matrix has a [tune] table; bench run runs its options as "
                        "given, `bench tune` runs the tuning trials", err=True)
-        agent = {"rsh_agent": rsh_agent}
+        from hetbench.harness.launch import launcher_options
+
         failures = run_with_progress(configs, out_dir, force,
-                                     {"slurm": spec.get("slurm"), "torchrun": agent, "mpi": agent},
+                                     launcher_options(spec, rsh_agent),
                                      allow_oversubscribe=allow_oversubscribe)
-    local = [c for c in configs if c.launcher == "local" and not c.network]
+    local = [c for c in configs
+             if launcher_kind(c.launcher).on_this_machine and not c.hosts and not c.network]
     if local:  # the numbers are this host's: say so where the run ends, as the report does
         click.echo(f"note: {len(local)} run(s) measured this host, no network model: up to "
                    f"{max(c.world_size for c in local)} ranks shared its {os.cpu_count()} "
@@ -196,6 +200,7 @@ def _prepare(configs, out_dir: Path, force: bool) -> None:
     """Prints `RUN_DIR WORLD_SIZE` per run to start (for scripts), the how-to on stderr."""
     import shlex
 
+    from hetbench.core.launchers import launcher_kind
     from hetbench.core.plugins import PLUGINS_ENV
     from hetbench.harness.runner import prepare_matrix
 
@@ -208,15 +213,9 @@ def _prepare(configs, out_dir: Path, force: bool) -> None:
             click.echo(f"skip {config.label()}: already finished", err=True)
             continue
         click.echo(f"{run_dir} {config.world_size}")
-        if config.launcher == "torchrun":
-            hint = (f"on every machine: {plugins}torchrun --nnodes N --nproc-per-node "
-                    f"{config.world_size}/N --rdzv-backend c10d --rdzv-endpoint HOST0:29500 "
-                    f"--rdzv-id {config.run_id} --max-restarts 0 -m hetbench.harness.worker "
-                    f"--run-dir {run_dir}")
-        else:
-            hint = (f"on one machine: {plugins}mpirun -n {config.world_size} --hostfile HOSTS "
-                    + (f"-x {PLUGINS_ENV} " if plugins else "")
-                    + f"python -m hetbench.harness.worker --run-dir {run_dir}")
+        hint = launcher_kind(config.launcher).prepare_hint.format(
+            plugins=plugins, plugins_x=f"-x {PLUGINS_ENV} " if plugins else "",
+            world=config.world_size, run_id=config.run_id, run_dir=run_dir)
         click.echo(f"  {config.label()}: {hint}", err=True)
     click.echo("then `bench summarize RUN_DIR` writes each run's summary.json "
                "(docs/multi-node.md)", err=True)

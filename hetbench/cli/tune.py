@@ -59,7 +59,9 @@ def tune_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, 
         # Before any trial runs: a cut-off tuning session still reports the trials it finished.
         write_json_atomic(out_dir / "matrix.json", spec)
         write_json_atomic(out_dir / TUNE_FILE, tune_record(ruleset, drawn))
-        failures = run_with_progress(configs, out_dir, force, {"slurm": spec.get("slurm")},
+        from hetbench.harness.launch import launcher_options
+
+        failures = run_with_progress(configs, out_dir, force, launcher_options(spec),
                                      allow_oversubscribe=allow_oversubscribe)
     _print_best(out_dir)
     if failures:

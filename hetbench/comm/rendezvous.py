@@ -45,15 +45,34 @@ def _timeout(timeout_s: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=timeout_s)
 
 
-def join_local(rank: int, world_size: int, host: str, port: int,
-               timeout_s: float) -> Rendezvous:
+@dataclass(frozen=True)
+class JoinRequest:
+    """What a rank knows before it joins, whoever started it: each launcher's join (registered
+    in core/launchers.py) takes what it needs."""
+
+    world_size: int
+    timeout_s: float
+    #: The address rank 0 hosts the store on (mpi, slurm).
+    bind_host: str
+    run_dir: Path
+    #: The local launcher's: this rank and the store it holds (the worker's command line).
+    rank: int | None = None
+    store_host: str = "127.0.0.1"
+    store_port: int | None = None
+
+
+def join_local(request: JoinRequest) -> Rendezvous:
     """A client of the store the local launcher holds."""
-    store = dist.TCPStore(host, port, world_size, is_master=False, timeout=_timeout(timeout_s))
-    return Rendezvous(rank, world_size, rank, store)
+    if request.rank is None or request.store_port is None:
+        raise UserError("launcher local: the worker needs --rank and --store-port")
+    store = dist.TCPStore(request.store_host, request.store_port, request.world_size,
+                          is_master=False, timeout=_timeout(request.timeout_s))
+    return Rendezvous(request.rank, request.world_size, request.rank, store)
 
 
-def join_torchrun(world_size: int, timeout_s: float) -> Rendezvous:
+def join_torchrun(request: JoinRequest) -> Rendezvous:
     """Rank and store from the environment torchrun gives each worker."""
+    world_size, timeout_s = request.world_size, request.timeout_s
     missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
                if k not in os.environ]
     if missing:
@@ -75,8 +94,9 @@ def join_torchrun(world_size: int, timeout_s: float) -> Rendezvous:
     return Rendezvous(rank, size, int(os.environ.get("LOCAL_RANK", rank)), prefixed)
 
 
-def join_mpi(world_size: int, bind_host: str, timeout_s: float) -> Rendezvous:
+def join_mpi(request: JoinRequest) -> Rendezvous:
     """Rank and size from MPI; rank 0 hosts the store and broadcasts where it listens."""
+    world_size, bind_host, timeout_s = request.world_size, request.bind_host, request.timeout_s
     try:
         from mpi4py import MPI
     except ImportError as exc:
@@ -98,11 +118,13 @@ def join_mpi(world_size: int, bind_host: str, timeout_s: float) -> Rendezvous:
     return Rendezvous(rank, size, local_rank, store)
 
 
-def join_slurm(run_dir: Path, world_size: int, bind_host: str, timeout_s: float) -> Rendezvous:
+def join_slurm(request: JoinRequest) -> Rendezvous:
     """Rank, size and local rank from the SLURM launcher's task (RANK, WORLD_SIZE, LOCAL_RANK,
     HETBENCH_JOB_ID); rank 0 hosts the store and writes its address into the run directory,
     which every node of the job sees (the results live on a shared filesystem), the others
     read it from there."""
+    run_dir, world_size = request.run_dir, request.world_size
+    bind_host, timeout_s = request.bind_host, request.timeout_s
     missing = [k for k in ("RANK", "WORLD_SIZE", "HETBENCH_JOB_ID") if k not in os.environ]
     if missing:
         raise UserError(f"launcher slurm: {', '.join(missing)} not set; the run is started by "

@@ -10,11 +10,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from hetbench.core.launchers import DEFAULT_LAUNCHER, KINDS, launcher_kind
 from hetbench.core.options import added_later_defaults, build_config
 from hetbench.errors import UserError
 
 SCHEMA_VERSION = 1
-LAUNCHERS = ("local", "torchrun", "mpi", "slurm")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,7 +39,7 @@ class RunConfig:
     workload_options: dict[str, Any] = field(default_factory=dict)
     #: Who starts the ranks: local subprocesses, torchrun (c10d rendezvous, multi-node), mpirun,
     #: or a SLURM job per run (submitit).
-    launcher: Literal["local", "torchrun", "mpi", "slurm"] = "local"
+    launcher: str = DEFAULT_LAUNCHER  # a name of core/launchers.py
     device: Literal["auto", "cpu", "cuda"] = "auto"
     #: Bound on every blocking communication; a dead or hung peer fails the run after this long.
     #: Cluster seconds under a network model: the host waits comm_timeout_s x dilation
@@ -100,10 +100,7 @@ class RunConfig:
             from hetbench.core.target import parse_target
 
             object.__setattr__(self, "target", parse_target(self.target).spec)
-        if self.launcher not in LAUNCHERS:
-            raise UserError(
-                f"launcher must be one of {', '.join(LAUNCHERS)}, got {self.launcher!r}"
-            )
+        launcher_kind(self.launcher)  # a registered launcher, or one line naming them
         # Resolve options against the components' Config classes: fills defaults and rejects
         # unknown keys and bad values here, not inside a worker.
         algo_cls = self.algorithm_class()
@@ -149,11 +146,13 @@ class RunConfig:
         path: the run id must not change with where the file is)."""
         from hetbench.core.hosts import parse_hosts, place
 
-        if self.launcher not in ("torchrun", "mpi"):
-            raise UserError(f"--hosts starts ranks on other hosts through torchrun or mpirun; "
-                            f"launcher {self.launcher} " + (
-                                "places them itself (drop --hosts)" if self.launcher == "slurm"
-                                else "runs on this machine: add --launcher torchrun or mpi"))
+        kind = launcher_kind(self.launcher)
+        if not kind.across_hosts:
+            across = " or ".join(k.name for k in KINDS.values() if k.across_hosts)
+            raise UserError(f"--hosts starts ranks on other hosts through {across}; launcher "
+                            f"{self.launcher} " + (f"runs on this machine: add --launcher "
+                                                   f"{across}" if kind.on_this_machine
+                                                   else "places them itself (drop --hosts)"))
         hosts = parse_hosts(self.hosts)
         place(hosts, self.world_size)
         if self.network:

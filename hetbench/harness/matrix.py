@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hetbench.core.config import RunConfig
+from hetbench.core.launchers import KINDS
 from hetbench.errors import UserError
 from hetbench.network.model import resolve_network
 
@@ -60,12 +61,13 @@ def load_matrix_file(path: Path) -> dict[str, Any]:
 def expand(spec: dict[str, Any]) -> list[RunConfig]:
     """Every combination of the axes as a validated RunConfig (first error stops expansion)."""
     spec = {**DEFAULTS, **spec}
-    # [tune] is bench tune's (hetbench.harness.tune), [slurm] the SLURM launcher's job
-    # (hetbench.harness.launch.slurm): neither is part of a run.
+    # [tune] is bench tune's (hetbench.harness.tune), [slurm] a launcher's options
+    # (core/launchers.py's options_table): neither is part of a run.
     # [network] is the emulated cluster's (hetbench.network.model), the same for every run.
     # [timing] is a learned simulation's costs from another workload (RunConfig.timing).
-    known = set(AXES) | set(SCALARS) | set(TABLES) | {"name", "description", "target", "tune",
-                                                      "slurm", "network", "timing"}
+    launcher_tables = {k.options_table for k in KINDS.values() if k.options_table}
+    known = set(AXES) | set(SCALARS) | set(TABLES) | launcher_tables | {
+        "name", "description", "target", "tune", "network", "timing"}
     unknown = sorted(set(spec) - known)
     if unknown:
         raise UserError(

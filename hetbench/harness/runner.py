@@ -20,6 +20,7 @@ from typing import Any
 
 from hetbench.core.config import RunConfig
 from hetbench.core.identity import code_change, code_identity, recorded_identity
+from hetbench.core.launchers import launcher_kind
 from hetbench.core.lock import results_lock
 from hetbench.core.rundir import RunDir
 from hetbench.core.store import ResultsWriteError, read_json
@@ -118,8 +119,8 @@ def run_matrix(configs: list[RunConfig], out_dir: Path, force: bool = False,
                launcher_options: dict[str, dict] | None = None,
                allow_oversubscribe: bool = False,
                ) -> list[RunOutcome]:
-    """Run each config not finished yet; `launcher_options`: a launcher's matrix table by
-    launcher name ({"slurm": {...}}). Holds `out_dir`'s writer lock throughout (the caller's,
+    """Run each config not finished yet; `launcher_options`: each launcher's options by name
+    (harness.launch.launcher_options). Holds `out_dir`'s writer lock throughout (the caller's,
     if it holds it already; else ResultsDirBusy when another process does). A world that
     cannot fit on this machine, or asks for what only bench sim plays, is refused before
     anything starts (launch.capacity, check_real_runs)."""
@@ -172,9 +173,9 @@ def prepare_matrix(configs: list[RunConfig], out_dir: Path,
     from hetbench.harness.launch.external import prepare
 
     check_real_runs(configs)
-    local = [c for c in configs if c.launcher == "local"]
-    if local:
-        prepare(local[0], out_dir / local[0].run_id)  # the one-line error, before any change
+    refused = [c for c in configs if launcher_kind(c.launcher).prepare_hint is None]
+    if refused:
+        prepare(refused[0], out_dir / refused[0].run_id)  # its one line, before any change
     with results_lock(out_dir, "bench run --prepare"):
         return _prepare_locked(configs, out_dir, force, prepare)
 

@@ -38,6 +38,7 @@ from hetbench.core.algorithm import Algorithm
 from hetbench.core.config import RunConfig
 from hetbench.core.context import WorkerContext
 from hetbench.core.faults import parse_fault
+from hetbench.core.launchers import launcher_kind
 from hetbench.core.plugins import load_from_environment
 from hetbench.core.record import started_line, write_done, write_error
 from hetbench.core.rundir import RunDir
@@ -48,7 +49,6 @@ from hetbench.core.tensors import (
     params_of,
 )
 from hetbench.core.workload import Workload
-from hetbench.errors import UserError
 from hetbench.harness.compute_end import ComputeEnd
 from hetbench.harness.evaluation import (
     EvaluatedModel,
@@ -417,13 +417,14 @@ def main(argv: list[str] | None = None) -> None:
         load_from_environment()
         progress.phase = "starting"
         config = RunConfig.from_dict(read_json(RunDir(args.run_dir).config))
-        if config.launcher != "local":
+        kind = launcher_kind(config.launcher)
+        if not kind.collects_rank_output:
             log_to_run_dir(args.run_dir, rank)
             if os.environ.get(LAUNCHER_PID_ENV):  # started by `bench run`, not by hand
                 exit_with(int(os.environ[LAUNCHER_PID_ENV]))
         note(rank, started_line(os.getpid(), socket.gethostname(), config.launcher))
-        if config.launcher in ("mpi", "slurm"):  # no process of bench's on this host: the
-            publish_rank_probe(args.run_dir, rank)  # rank answers its probes (hostwatch.py)
+        if kind.rank_answers_probes:  # no process of bench's on this host (hostwatch.py)
+            publish_rank_probe(args.run_dir, rank)
         progress.phase = "rendezvous"
         rdzv = _join(config, args)
         rank = rdzv.rank
@@ -468,17 +469,10 @@ def log_to_run_dir(run_dir: Path, rank: int) -> None:
 
 
 def _join(config: RunConfig, args: argparse.Namespace) -> Rendezvous:
-    if config.launcher == "torchrun":
-        return rendezvous.join_torchrun(config.world_size, config.host_timeout_s)
-    if config.launcher == "mpi":
-        return rendezvous.join_mpi(config.world_size, config.bind_host, config.host_timeout_s)
-    if config.launcher == "slurm":
-        return rendezvous.join_slurm(args.run_dir, config.world_size, config.bind_host,
-                                     config.host_timeout_s)
-    if args.rank is None or args.store_port is None:
-        raise UserError("launcher local: the worker needs --rank and --store-port")
-    return rendezvous.join_local(args.rank, config.world_size, args.store_host,
-                                 args.store_port, config.host_timeout_s)
+    join = launcher_kind(config.launcher)
+    return join.load(join.joins)(rendezvous.JoinRequest(
+        config.world_size, config.host_timeout_s, config.bind_host, Path(args.run_dir),
+        args.rank, args.store_host, args.store_port))
 
 
 def _services(config: RunConfig, run_dir: Path, rdzv: Rendezvous,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from hetbench.core.launchers import DEFAULT_LAUNCHER, KINDS
 from hetbench.core.variants import base_name
 from hetbench.reports.load import Scan, load_env
 
@@ -131,9 +132,8 @@ def _one_host(run) -> bool:
         hosts = run.get(known)
         if isinstance(hosts, int | float) and hosts == hosts:
             return hosts <= 1
-    launcher = run.get("launcher")
-    return (launcher if isinstance(launcher, str) else "local") != "slurm" and not run.get(
-        "hosts")
+    kind = KINDS.get(run.get("launcher")) if isinstance(run.get("launcher"), str) else None
+    return (kind or KINDS[DEFAULT_LAUNCHER]).on_this_machine and not run.get("hosts")
 
 
 def clock_notes(runs: pd.DataFrame) -> list[str]:

@@ -13,23 +13,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hetbench.core.config import LAUNCHERS
-from hetbench.errors import UserError
-from hetbench.harness.launch.external import MpiLauncher, TorchrunLauncher
-from hetbench.harness.launch.local import LocalLauncher
+from hetbench.core.launchers import KINDS, launcher_kind
 
 
 def make_launcher(name: str, on_progress: Callable[[int, int], None] | None = None,
                   options: dict[str, Any] | None = None):
     """The launcher called `name` (RunConfig.launcher); UserError if it cannot run here.
-    `options`: the matrix's table for that launcher (`[slurm]`), if it has one."""
-    if name == "local":
-        return LocalLauncher(on_progress=on_progress)
-    if name == "slurm":
-        from hetbench.harness.launch.slurm import SlurmLauncher
+    `options`: what the matrix and the command line hand it (launcher_options)."""
+    kind = launcher_kind(name)
+    return kind.load(kind.starts)(on_progress=on_progress, options=options)
 
-        return SlurmLauncher(on_progress=on_progress, options=options)
-    launchers = {"torchrun": TorchrunLauncher, "mpi": MpiLauncher}
-    if name not in launchers:
-        raise UserError(f"launcher must be one of {', '.join(LAUNCHERS)}, got {name!r}")
-    return launchers[name](on_progress=on_progress, options=options)
+
+def launcher_options(spec: dict[str, Any], rsh_agent: str | None = None) -> dict[str, dict]:
+    """Each launcher's options for make_launcher: its matrix table (`[slurm]`), and the agent
+    that starts processes on other hosts for those that start ranks there."""
+    options: dict[str, dict] = {}
+    for kind in KINDS.values():
+        if kind.options_table is not None:
+            options[kind.name] = spec.get(kind.options_table)
+        elif kind.across_hosts:
+            options[kind.name] = {"rsh_agent": rsh_agent}
+    return options

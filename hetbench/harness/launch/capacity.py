@@ -19,10 +19,8 @@ import os
 from pathlib import Path
 
 from hetbench.core.config import RunConfig
+from hetbench.core.launchers import launcher_kind
 from hetbench.errors import UserError
-
-#: Launchers that start every rank on this machine.
-LOCAL_LAUNCHERS = ("local", "torchrun", "mpi")
 
 #: Private memory (MB) of one rank at the workload's default options with real compute,
 #: measured (Private_Clean + Private_Dirty of /proc/PID/smaps_rollup, mid-run, allreduce).
@@ -82,7 +80,7 @@ def available_mb() -> float | None:
 
 def world_problem(config: RunConfig, cores: int, memory_mb: float | None) -> str | None:
     """Why `config`'s world cannot run on this machine (None when it fits)."""
-    if config.launcher not in LOCAL_LAUNCHERS or config.hosts:
+    if not launcher_kind(config.launcher).on_this_machine or config.hosts:
         return None
     ranks = config.world_size
     problems = []

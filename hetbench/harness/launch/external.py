@@ -23,6 +23,7 @@ from typing import Any
 
 from hetbench.core.config import RunConfig
 from hetbench.core.hosts import parse_hosts, place
+from hetbench.core.launchers import launcher_kind
 from hetbench.core.plugins import PLUGINS_ENV
 from hetbench.core.record import last_iteration, rank_hosts, write_summary
 from hetbench.core.rundir import RunDir
@@ -316,12 +317,9 @@ def reported_ranks(run_dir: Path, world_size: int) -> set[int]:
 def prepare(config: RunConfig, run_dir: Path) -> None:
     """Write the run's config.json so that torchrun / mpirun on each machine can start it
     (into a fresh directory: the runner sets earlier attempts aside)."""
-    if config.launcher == "local":
-        raise UserError("--prepare is for runs that torchrun or mpirun start on several "
-                        "machines; add --launcher torchrun or --launcher mpi")
-    if config.launcher == "slurm":
-        raise UserError("--prepare is for torchrun and mpirun; launcher slurm submits each run "
-                        "as a job and watches it itself: drop --prepare")
+    kind = launcher_kind(config.launcher)
+    if kind.prepare_hint is None:
+        raise UserError(kind.no_prepare)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(RunDir(run_dir).config, config.to_dict())
 

@@ -32,9 +32,11 @@ GRACE_S = 2.0
 class LocalLauncher:
     """Runs one RunConfig on local subprocesses and writes its summary.json."""
 
-    def __init__(self, on_progress: Callable[[int, int], None] | None = None):
+    def __init__(self, on_progress: Callable[[int, int], None] | None = None,
+                 options: dict[str, Any] | None = None):
         #: Called with (iterations logged so far, iterations expected) while the run trains.
         self.on_progress = on_progress
+        del options  # the local launcher takes none (core/launchers.py)
 
     def run(self, config: RunConfig, run_dir: Path) -> dict[str, Any]:
         import torch.distributed as dist
