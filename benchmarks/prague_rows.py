@@ -29,7 +29,7 @@ from hetbench.reports.load import load_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = Path(sys.executable).parent / "bench"
-MATRIX = ROOT / "matrices" / "reproduce-prague-emulated-quick.toml"
+MATRIX = ROOT / "hetbench" / "reports" / "matrices" / "reproduce-prague-emulated-quick.toml"
 SLOWDOWNS = ("none", "prob:5", "det:5@0")
 #: (workers, prague-smart's group size, iterations): the quick matrix's setting first.
 SETTINGS = ((8, 2, 12), (8, 2, 100), (16, 2, 100), (16, 4, 100), (32, 2, 100), (32, 4, 100))

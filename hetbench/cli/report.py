@@ -123,10 +123,11 @@ def compare_cmd(results_dir: Path, baseline: str, target: tuple[str, ...],
               help="Results directory (default results/reproduce-NAME[-quick]).")
 @click.option("--force", is_flag=True, help="Rerun runs that already finished.")
 @click.option("--emulate", is_flag=True, help="On the paper's cluster as a network preset "
-              "models it, with time dilation (matrices/reproduce-NAME-emulated[-quick].toml; "
-              "docs/network.md).")
+              "models it, with time dilation (its matrix: reproduce-NAME-emulated[-quick].toml "
+              "in hetbench/reports/matrices/; docs/network.md).")
 @click.option("--convergence", is_flag=True, help="Time to a target with real compute on real "
-              "images (matrices/reproduce-NAME-convergence[-quick].toml; docs/convergence.md).")
+              "images (its matrix: reproduce-NAME-convergence[-quick].toml in "
+              "hetbench/reports/matrices/; docs/convergence.md).")
 @click.option("--dry-run", is_flag=True, help="List the runs and the published figures they "
               "cover; run nothing.")
 @wait_flag

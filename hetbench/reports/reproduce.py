@@ -9,8 +9,9 @@ from hetbench.errors import UserError
 from hetbench.reports.published import PUBLISHED, PUBLISHED_CONVERGENCE, measured_vs_published
 from hetbench.reports.report import Section, write_report
 
-#: matrices/ of the source checkout (the package is installed editable; see README).
-MATRIX_DIR = Path(__file__).resolve().parents[2] / "matrices"
+#: The papers' matrices, shipped with the package (pyproject's package-data), so that
+#: `bench reproduce` runs from an installed wheel as from a checkout.
+MATRIX_DIR = Path(__file__).resolve().parent / "matrices"
 
 PUBLISHED_TEXT = (
     "Published ratios beside ours: the Prague slides and abstract (Luo et al., 'Prague: "
@@ -40,7 +41,7 @@ EMULATED_TEXT = (
 
 def matrix_path(name: str, quick: bool, matrix_dir: Path = MATRIX_DIR,
                 emulate: bool = False, convergence: bool = False) -> Path:
-    """matrices/reproduce-<name>[-emulated|-convergence][-quick].toml."""
+    """hetbench/reports/matrices/reproduce-<name>[-emulated|-convergence][-quick].toml."""
     if name not in PUBLISHED:
         raise UserError(f"unknown reproduction {name!r}; choose one of: {', '.join(PUBLISHED)}")
     if emulate and convergence:
@@ -49,7 +50,8 @@ def matrix_path(name: str, quick: bool, matrix_dir: Path = MATRIX_DIR,
     kind = "-emulated" if emulate else "-convergence" if convergence else ""
     path = matrix_dir / f"reproduce-{name}{kind}{'-quick' if quick else ''}.toml"
     if not path.is_file():
-        raise UserError(f"{path} is missing; run from a source checkout of hetbench")
+        raise UserError(f"{path} is missing: this installation of hetbench is incomplete "
+                        "(reinstall it)")
     return path
 
 

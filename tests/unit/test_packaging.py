@@ -2,6 +2,7 @@
 ranges, this machine's pair is a constraints file, and `bench --version` answers."""
 
 import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -58,3 +59,29 @@ def test_bench_version():
     done = subprocess.run([sys.executable, "-m", "hetbench", "--version"], capture_output=True,
                           text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0 and done.stdout.startswith("bench (hetbench) "), done
+
+
+def test_an_installed_wheel_finds_the_papers_matrices_outside_any_checkout(tmp_path):
+    """`bench reproduce` from a wheel (issue 59): the wheel built from this tree, installed into
+    a directory of its own, resolves every reproduction's matrix inside that installation."""
+    wheels, target = tmp_path / "wheels", tmp_path / "site"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                            "--no-build-isolation", "--quiet", "-w", str(wheels), str(ROOT)],
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert built.returncode == 0, built.stderr[-2000:]
+    installed = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps",
+                                "--no-index", "--quiet", "--target", str(target),
+                                *map(str, wheels.glob("hetbench-*.whl"))],
+                               capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    probe = ("from hetbench.reports.reproduce import matrix_path\n"
+             "for name in ('prague', 'hop'):\n"
+             "    for quick in (False, True):\n"
+             "        for kind in ({}, {'emulate': True}, {'convergence': True}):\n"
+             "            print(matrix_path(name, quick, **kind))\n")
+    # The installed copy first on the path, run from outside the checkout.
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(target)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    paths = done.stdout.split()
+    assert len(paths) == 12 and all(p.startswith(str(target)) for p in paths), paths
