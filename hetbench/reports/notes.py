@@ -4,6 +4,9 @@ and the run-metadata table at its end."""
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 import pandas as pd
 
 from hetbench.core.launchers import DEFAULT_LAUNCHER, KINDS
@@ -166,11 +169,9 @@ def gpu_notes(runs: pd.DataFrame) -> list[str]:
     return [note] if note else []
 
 
-#: Real ranks' throughput on kernel-shaped links over the network model's, per transport, for
-#: the report's caveat: ten protocols on 5 and 8 test-bed hosts at 100 and 50 Mbit/s
-#: (docs/results/2026-11-28-fair-transport-bed.md, benchmarks/fair_bed.py).
-SHAPED_PAGE = "docs/results/2026-11-28-fair-transport-bed.md"
-SHAPED_OVER_MODEL = {"fcfs": "0.54-1.31x", "fair": "0.60-1.26x"}
+#: Real ranks' throughput on kernel-shaped links over the network model's, for the report's
+#: caveat: figures digested from the results page's data (measured.toml says how).
+SHAPED = tomllib.loads((Path(__file__).with_name("measured.toml")).read_text())["shaped_links"]
 
 
 def point_to_point_note(runs: pd.DataFrame) -> list[str]:
@@ -192,20 +193,21 @@ def point_to_point_note(runs: pd.DataFrame) -> list[str]:
             f"Point-to-point messages{which} are modeled as leaving when sent and queuing first "
             "come, first served at each NIC; gloo over TCP moves a message only once its "
             "receive is posted, and concurrent flows share a link. On kernel-shaped links that "
-            f"bound the step, real ranks measured {SHAPED_OVER_MODEL['fcfs']} of this model's "
+            f"bound the step, real ranks measured {SHAPED['fcfs']} of this model's "
             "throughput (above it where its NIC queues convoy round an 8-host ring, below it "
             "elsewhere, most for a parameter server whose replies exceed a socket buffer): read "
             "point-to-point throughput here as off by up to half, either way "
-            f"({SHAPED_PAGE}). bench sim's [network] transport = \"fair\" models both.")
+            f"({SHAPED['page']}). bench sim's [network] transport = \"fair\" models both.")
     if fair.any():
         notes.append(
             "Simulated with [network] transport = \"fair\" (a message moves once its receive "
             "is posted; flows share links max-min fairly): on kernel-shaped links real ranks "
-            f"measured {SHAPED_OVER_MODEL['fair']} of its throughput, within 10% in 20 of 46 "
-            "cells. It leaves out control messages waiting behind data in a host's queue and "
-            "TCP's uneven sharing among a server's concurrent replies, and misses Hop with a "
-            f"backup worker on messages beyond a socket buffer (0.60x, cause not found) "
-            f"({SHAPED_PAGE}).")
+            f"measured {SHAPED['fair']} of its throughput, within 10% in "
+            f"{SHAPED['fair_within_10_percent']} of {SHAPED['cells']} cells. It leaves out "
+            "control messages waiting behind data in a host's queue and TCP's uneven sharing "
+            "among a server's concurrent replies, and misses Hop with a backup worker, most on "
+            f"messages beyond a socket buffer ({SHAPED['hop_large_messages']}, cause not found) "
+            f"({SHAPED['page']}).")
     return notes
 
 

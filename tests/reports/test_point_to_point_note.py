@@ -4,7 +4,7 @@ not for collectives alone nor for runs without a network model."""
 
 import pandas as pd
 
-from hetbench.reports.notes import SHAPED_OVER_MODEL, point_to_point_note
+from hetbench.reports.notes import SHAPED, point_to_point_note
 
 EMULATED = {"description": "4 nodes x 1 workers", "late_share": 0.01}
 
@@ -18,7 +18,7 @@ def test_emulated_point_to_point_runs_are_named_with_the_measured_gap():
     ])
     (note,) = point_to_point_note(runs)
     assert "(hop)" in note and "allreduce" not in note
-    assert SHAPED_OVER_MODEL["fcfs"] in note and "either way" in note
+    assert SHAPED["fcfs"] in note and "either way" in note
 
 
 def test_collectives_alone_and_runs_without_a_network_get_no_caveat():
@@ -43,4 +43,4 @@ def test_a_fair_simulation_gets_the_fair_transports_caveat_alone():
     fair = pd.DataFrame([{"algorithm": "hop", "simulated": True,
                           "sim": {"network": "4 nodes x 1 workers, fair transport"}}])
     (note,) = point_to_point_note(fair)
-    assert SHAPED_OVER_MODEL["fair"] in note and "first come" not in note
+    assert SHAPED["fair"] in note and "first come" not in note
