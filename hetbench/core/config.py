@@ -139,6 +139,10 @@ class RunConfig:
         parse_fault(self.fault, self.workers)
         object.__setattr__(self, "algorithm_options", dataclasses.asdict(algo_cfg))
         object.__setattr__(self, "workload_options", dataclasses.asdict(load_cfg))
+        # The typed options just validated are the ones every later question gets
+        # (functools.cached_property keeps them in the instance's __dict__).
+        self.__dict__["_algorithm_config"] = algo_cfg
+        self.__dict__["_workload_config"] = load_cfg
 
     def _check_hosts(self) -> None:
         """Hosts only where a launcher starts ranks on them, every rank placed, and a rendezvous
@@ -216,12 +220,23 @@ class RunConfig:
         return code_record(self)
 
     def algorithm_config(self):
-        return build_config(self.algorithm_class().Config, self.algorithm_options, self.algorithm)
+        """The algorithm's typed options (its frozen Config), built once per RunConfig."""
+        return self._algorithm_config
 
     def workload_config(self):
+        """The workload's typed options (its Config), built once per RunConfig."""
+        return self._workload_config
+
+    @functools.cached_property
+    def _algorithm_config(self):
+        return build_config(self.algorithm_class().Config, self.algorithm_options, self.algorithm)
+
+    @functools.cached_property
+    def _workload_config(self):
         return build_config(self.workload_class().Config, self.workload_options, self.workload)
 
     def injector(self):
+        """A new injector each call: it draws as the run goes, so each user gets its own."""
         from hetbench.slowdown import parse_slowdown
 
         injector = parse_slowdown(self.slowdown, seed=self.seed)
