@@ -152,6 +152,26 @@ def drop_before(queues: dict, k: int, staleness: int) -> None:
             queue.popleft()
 
 
+def mix_used(own, row, rank: int, neighbours, models: dict):
+    """`own` mixed with the neighbours' models the step uses (`models` by neighbour), weights
+    from the mixing matrix's `row`: a neighbour whose update is not used leaves its weight with
+    the worker itself, so every row of the effective mixing matrix still sums to 1."""
+    self_weight = row[rank]
+    for j in neighbours:
+        if j not in models:
+            self_weight += row[j]
+    return mix(own, self_weight, [(row[j], models[j]) for j in neighbours if j in models])
+
+
+def mean_staleness(k: int, used_iterations) -> float | None:
+    """How many iterations the updates used were from k, on average (behind it, or ahead of
+    it when the worker skips to its neighbours' models); None when it used none."""
+    used_iterations = list(used_iterations)
+    if not used_iterations:
+        return None
+    return sum(abs(k - it) for it in used_iterations) / len(used_iterations)
+
+
 class Hop(Algorithm):
     name = "hop"
     description = ("Hop: decentralized, queue-based sync with backup workers, bounded staleness "
@@ -323,14 +343,8 @@ class Hop(Algorithm):
                 used = {j: (q[-1].hi, q[-1].model) for j, q in self._queues.items() if q}
             following = k + 1 if target is None else target
             drop_before(self._queues, following, self.config.staleness)
-        # A neighbour whose update is not used leaves its weight with the worker itself, so every
-        # row of the effective mixing matrix still sums to 1.
-        self_weight = self.weights[ctx.rank]
-        for j in self.neighbours:
-            if j not in used:
-                self_weight += self.weights[j]
-        peers = [(self.weights[j], used[j][1]) for j in self.neighbours if j in used]
-        set_flat_params(model, mix(own, self_weight, peers))
+        set_flat_params(model, mix_used(own, self.weights, ctx.rank, self.neighbours,
+                                        {j: m for j, (_, m) in used.items()}))
         optimizer.step()
         fields = {"used": {str(j): it for j, (it, _) in used.items()}}
         if target is not None:
@@ -340,11 +354,9 @@ class Hop(Algorithm):
         with self._cond:
             wait_s += self._wait(lambda: self._tokens_ready(following), "tokens", waited_on)
         self.iteration = following
-        # Staleness: how many iterations each neighbour's update was from k (behind it, or
-        # ahead of it when this worker skips to its neighbours' models).
-        staleness = sum(abs(k - it) for it, _ in used.values()) / len(used) if used else None
         return StepInfo(wait_s=wait_s, next_iteration=following, peers=len(used),
-                        staleness=staleness, waited_on=waited_on, fields=fields)
+                        staleness=mean_staleness(k, (it for it, _ in used.values())),
+                        waited_on=waited_on, fields=fields)
 
     def finish(self, ctx, model):
         with self._cond:
@@ -510,14 +522,8 @@ class HopSim(Protocol):
         learner = self.engine.learner
         if "_weights" not in self.__dict__:
             self._weights = topologies.mixing_weights(self.graph, self.config.weights)
-        row = self._weights[w]
-        self_weight = row[w]
-        for j in self.graph[w]:
-            if j not in models:
-                self_weight += row[j]
         grads = learner.gradient(w)
-        learner.set_row(w, mix(learner.row(w), self_weight,
-                               [(row[j], models[j]) for j in self.graph[w] if j in models]))
+        learner.set_row(w, mix_used(learner.row(w), self._weights[w], w, self.graph[w], models))
         learner.worker_step(w, grads)
 
     def _tokens(self, w, k, following, wait_s, fields):
@@ -525,7 +531,7 @@ class HopSim(Protocol):
         are the real step's: the neighbours' updates used, and their mean distance from k."""
         used = fields["used"]
         peers = len(used)
-        staleness = sum([abs(k - it) for it in used.values()]) / peers if peers else None
+        staleness = mean_staleness(k, used.values())
         if self._tokens_ready(w, following):
             self.engine.end_step(w, self.engine.now, wait_s, fields, following, peers=peers,
                               staleness=staleness)
