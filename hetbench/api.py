@@ -277,7 +277,7 @@ from hetbench.core.work import Work, split_batch
 from hetbench.core.workload import Workload, WorkloadOptions
 from hetbench.errors import UserError
 from hetbench.sim.learn import Learner
-from hetbench.sim.protocol import Meetings, MemberCaches, Partners, Protocol, Steps
+from hetbench.sim.protocol import Meetings, MemberCaches, Partners, Protocol, SimEngine, Steps
 
 __all__ = [
     "WAIT_RULES",
@@ -291,6 +291,7 @@ __all__ = [
     "Partners",
     "Protocol",
     "ReduceOp",
+    "SimEngine",
     "StepInfo",
     "Steps",
     "UserError",

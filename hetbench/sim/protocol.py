@@ -12,13 +12,50 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
+from typing import Protocol as Interface
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from hetbench.sim.engine import Engine
+
+class SimEngine(Interface):
+    """What a protocol sees of the engine that plays it (sim/engine.py's Engine is one): the
+    clock and its heap, each worker's loop state, and the calls that end a step or a worker.
+    Nothing else of the engine is a protocol's to touch."""
+
+    config: Any  # the RunConfig
+    #: Workers (not counting servers).
+    n: int
+    #: The current simulated time, and each worker's iteration and gradient-ready time.
+    now: float
+    iteration: list[int]
+    t_sync: list[float]
+    #: Processes in a synchronization step now (CPU sharing: NetworkModel.share).
+    active: int
+    #: The run's network model (sim/model.py), its fair transport or None, message layout.
+    network: Any
+    transport: Any
+    layout: Any
+    #: The workers' models when the run learns (sim/learn.py), else None.
+    learner: Any
+    #: A real run's recorded order (sim/recorded.py), or None.
+    recorded_order: Any
+    #: Whether the steps' fields are wanted (event lines written, or facts read from events).
+    full_events: bool
+
+    def at(self, t: float, fn: Callable, *args) -> None:
+        """Call fn(*args) at simulated time t (>= now)."""
+
+    def end_step(self, w: int, t_end: float, wait_s: float, fields: dict | str | None = None,
+                 next_iteration: int | None = None, *, peers: int | None = None,
+                 staleness: float | None = None, discarded: bool = False,
+                 peer_ranks=None) -> None:
+        """Worker w's step ends at t_end after waiting wait_s for peers."""
+
+    def done(self, w: int) -> None:
+        """Worker w has finished (its finish() returned)."""
 
 
 @dataclass
@@ -104,7 +141,7 @@ class Protocol:
     #: both must give identical results (tests/unit/test_sim_lockstep.py).
     lockstep = False
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: SimEngine):
         self.engine = engine
         #: Release 0.1's first plugins' name of `engine`, kept for them until the next release.
         self.eng = engine
