@@ -25,9 +25,9 @@ import numpy as np
 from hetbench.core.config import RunConfig
 from hetbench.core.store import read_json, read_jsonl
 from hetbench.harness.launch.local import LocalLauncher
-from hetbench.sim.engine import simulate
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels
 from hetbench.sim.recorded import learn_along
+from hetbench.sim.run import simulate
 
 MODELS = SimModels(NetworkModel(alpha_s=20e-6, beta_bytes_per_s=1.25e9), ComputeModel())
 TARGET = 0.85

@@ -216,7 +216,7 @@ def _simulate_all(configs, models, out_dir: Path, events: str = "auto",
                   force: bool = False) -> None:
     from hetbench.cli.running import variant_names_of
     from hetbench.core.identity import code_identity
-    from hetbench.sim.engine import SimResult, simulate
+    from hetbench.sim.run import SimResult, simulate
 
     click.echo(f"{len(configs)} simulated run(s) -> {out_dir}")
     names = variant_names_of(configs)  # a swept option in the label: `dpsgd[topology=ring]`

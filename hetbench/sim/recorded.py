@@ -41,8 +41,9 @@ from hetbench.core.record import read_events
 from hetbench.core.rundir import RunDir
 from hetbench.core.store import read_json
 from hetbench.errors import UserError
-from hetbench.sim.engine import SimResult, simulate, simulated_protocol
+from hetbench.sim.engine import simulated_protocol
 from hetbench.sim.model import SimModels
+from hetbench.sim.run import SimResult, simulate
 
 
 def recorded_order(real_run_dir: Path, config: RunConfig):

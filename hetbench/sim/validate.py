@@ -9,8 +9,8 @@ from typing import Any
 from hetbench.core.config import RunConfig
 from hetbench.core.rundir import RunDir
 from hetbench.core.store import read_json
-from hetbench.sim.engine import simulate
 from hetbench.sim.model import SimModels
+from hetbench.sim.run import simulate
 
 
 def compare_with_real(real_dir: Path, models: SimModels, out_dir: Path,

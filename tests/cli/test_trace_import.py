@@ -9,8 +9,8 @@ import pytest
 
 from hetbench.core.config import RunConfig
 from hetbench.core.store import read_jsonl
-from hetbench.sim.engine import simulate
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels
+from hetbench.sim.run import simulate
 from hetbench.slowdown.table import SHIPPED_DIR, read_table
 
 ST_SOURCE = SHIPPED_DIR / "source" / "trace-ST.parquet"

@@ -11,8 +11,8 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from hetbench.algorithms.async_diloco import AsyncDiLoCo, OuterState, outer_step
 from hetbench.core.config import RunConfig
-from hetbench.sim.engine import simulate
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels
+from hetbench.sim.run import simulate
 from tests.helpers import events, final_models, run_config
 
 MODELS = SimModels(NetworkModel(alpha_s=20e-6, beta_bytes_per_s=1.25e9), ComputeModel())

@@ -13,8 +13,8 @@ from hetbench.core.registry import ALGORITHMS
 from hetbench.core.tensors import set_flat_state
 from hetbench.reports.load import load_runs
 from hetbench.reports.notes import metadata
-from hetbench.sim.engine import simulate
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels
+from hetbench.sim.run import simulate
 from tests.helpers import final_models, run_config
 
 MODELS = SimModels(NetworkModel(alpha_s=20e-6, beta_bytes_per_s=1.25e9), ComputeModel())

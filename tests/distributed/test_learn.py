@@ -9,9 +9,9 @@ import torch
 
 from hetbench.core.config import RunConfig
 from hetbench.errors import UserError
-from hetbench.sim.engine import simulate
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels
 from hetbench.sim.recorded import learn_along, recorded_order
+from hetbench.sim.run import simulate
 from tests.helpers import final_models, run_config
 
 MODELS = SimModels(NetworkModel(alpha_s=20e-6, beta_bytes_per_s=1.25e9), ComputeModel())

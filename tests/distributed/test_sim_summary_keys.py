@@ -6,8 +6,8 @@ import pytest
 from hetbench.core.config import RunConfig
 from hetbench.core.registry import ALGORITHMS
 from hetbench.reports.tables import sync_flag
-from hetbench.sim.engine import REAL_ONLY, simulate
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels
+from hetbench.sim.run import REAL_ONLY, simulate
 from tests.helpers import run_config
 
 #: Records of how a simulation was made: no real run has them.

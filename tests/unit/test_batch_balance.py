@@ -12,9 +12,9 @@ from hetbench.algorithms.batch_balance import batch_floor, plan_batches, plan_fr
 from hetbench.core.config import RunConfig
 from hetbench.core.store import read_jsonl
 from hetbench.harness.work import SampleStream
-from hetbench.sim.engine import simulate
 from hetbench.sim.learn import Learner
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels
+from hetbench.sim.run import simulate
 
 MODELS = SimModels(NetworkModel(alpha_s=1e-4, beta_bytes_per_s=1e9), ComputeModel())
 RUN = dict(algorithm="batch-balance", workload="mlp-digits", workers=4, iterations=20,

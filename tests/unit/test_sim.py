@@ -18,7 +18,7 @@ from hetbench.core.config import RunConfig
 from hetbench.core.record import summarize
 from hetbench.core.store import read_jsonl
 from hetbench.errors import UserError
-from hetbench.sim.engine import Engine, simulate
+from hetbench.sim.engine import Engine
 from hetbench.sim.fit import fit_alpha, fit_compute, fit_gg_request, fit_group_setup, fit_latency
 from hetbench.sim.model import (
     ComputeModel,
@@ -26,6 +26,7 @@ from hetbench.sim.model import (
     SimModels,
     layout,
 )
+from hetbench.sim.run import simulate
 from hetbench.slowdown import parse_slowdown
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "results"

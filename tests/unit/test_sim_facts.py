@@ -16,8 +16,8 @@ from hetbench.core.config import RunConfig
 from hetbench.core.record import step_event, summarize
 from hetbench.core.registry import ALGORITHMS
 from hetbench.core.store import read_jsonl
-from hetbench.sim.engine import facts_read_events, simulate
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels
+from hetbench.sim.run import facts_read_events, simulate
 
 MODELS = SimModels(NetworkModel(alpha_s=1e-3, beta_bytes_per_s=1e8), ComputeModel())
 WORKERS, ITERATIONS, BATCH = 4, 12, 32

@@ -15,8 +15,9 @@ import pytest
 from hetbench.algorithms.dpsgd import DPSGDSim
 from hetbench.core.config import RunConfig
 from hetbench.core.metrics import SyncTally
-from hetbench.sim.engine import Engine, simulate
+from hetbench.sim.engine import Engine
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels
+from hetbench.sim.run import simulate
 
 WALL_CLOCK = {"sim_s", "started_at", "finished_at"}
 NET = NetworkModel(alpha_s=1e-3, beta_bytes_per_s=1e8)

@@ -3,8 +3,8 @@ same model an emulated run uses, NIC queues included."""
 
 from hetbench.core.config import RunConfig
 from hetbench.network.model import GBIT
-from hetbench.sim.engine import simulate
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels, layout
+from hetbench.sim.run import simulate
 
 MODELS = SimModels(NetworkModel(), ComputeModel(constant_s=0.05))
 

@@ -8,9 +8,9 @@ import pytest
 
 from hetbench.core.config import RunConfig
 from hetbench.errors import UserError
-from hetbench.sim.engine import simulate
 from hetbench.sim.layout import layout
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels
+from hetbench.sim.run import simulate
 from tests.helpers import final_models
 
 MODELS = SimModels(NetworkModel(alpha_s=20e-6, beta_bytes_per_s=1.25e9), ComputeModel())

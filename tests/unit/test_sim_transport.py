@@ -12,8 +12,8 @@ from hetbench.api import Protocol, UserError
 from hetbench.core.config import RunConfig
 from hetbench.core.store import read_jsonl
 from hetbench.network.model import GBIT
-from hetbench.sim.engine import simulate
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels, layout
+from hetbench.sim.run import simulate
 from hetbench.sim.transport import SOCKET_BUFFER_BYTES
 from tests.helpers import sim_only_algorithm
 

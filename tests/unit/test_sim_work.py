@@ -11,8 +11,8 @@ import torch
 from hetbench.api import Protocol, UserError
 from hetbench.core.config import RunConfig
 from hetbench.core.store import read_jsonl
-from hetbench.sim.engine import simulate
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels
+from hetbench.sim.run import simulate
 from tests.helpers import sim_only_algorithm
 
 MODELS = SimModels(NetworkModel(alpha_s=1e-4, beta_bytes_per_s=1e9), ComputeModel())

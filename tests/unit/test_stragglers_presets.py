@@ -10,8 +10,8 @@ import pytest
 
 from hetbench.core.config import RunConfig
 from hetbench.errors import UserError
-from hetbench.sim.engine import simulate
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels
+from hetbench.sim.run import simulate
 from hetbench.slowdown import parse_slowdown
 from hetbench.slowdown.presets import PRESETS
 

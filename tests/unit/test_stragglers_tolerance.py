@@ -9,8 +9,8 @@ import pytest
 from hetbench.core.config import RunConfig
 from hetbench.reports.report import write_report
 from hetbench.reports.tolerance import find_sweeps
-from hetbench.sim.engine import simulate
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels
+from hetbench.sim.run import simulate
 
 
 def test_sweeps_are_specs_that_differ_in_one_number():
