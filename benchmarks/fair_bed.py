@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from hetbench import testbed  # noqa: E402
 from hetbench.core.store import write_json_atomic  # noqa: E402
 from hetbench.testbed.measure import (  # noqa: E402
+    STEADY_ITERATIONS,
     link_bound_matrix,
     measure_link,
     network_table,
@@ -126,7 +127,8 @@ def main() -> None:
     parser.add_argument("--hosts", default="5,8")
     parser.add_argument("--rates", default="100mbit,50mbit")
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS))
-    parser.add_argument("--iterations", type=int, default=40)
+    parser.add_argument("--iterations", type=int, default=STEADY_ITERATIONS,
+                        help="past a run's start (the results page's tables: 40 and 120)")
     parser.add_argument("--hidden", type=int, default=1024,
                         help="mlp-digits' hidden units (32768: messages beyond a socket buffer)")
     parser.add_argument("--queue-ms", type=float, default=testbed.SHAPE_QUEUE_MS)

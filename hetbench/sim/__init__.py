@@ -10,7 +10,8 @@ env.json, events.rank<r>.jsonl, summary.json with "simulated": true), so `bench 
 `bench compare` read it like a measured run.
 
 Modules: model.py (compute and network cost models, fitting), engine.py (event loop, worker
-loop), run.py (a simulated run's directory and summary), protocol.py (the contract of a simulated protocol, and P-Reduce meetings),
-validate.py (`--against`). Each algorithm's simulated protocol lives in the algorithm's module,
-beside its real step; the CLI is hetbench/cli/sim.py.
+loop), run.py (a simulated run's directory and summary), protocol.py (the contract of a
+simulated protocol, and P-Reduce meetings), validate.py (`--against`). Each algorithm's
+simulated protocol lives in the algorithm's module, beside its real step; the CLI is
+hetbench/cli/sim.py.
 """

@@ -78,8 +78,14 @@ LINK_BOUND_OPTIONS = {"prague-static": "workers_per_node = 2", "prague-smart": "
                       "diloco": "inner_steps = 4"}
 
 
+#: Iterations a link-bound run measures: Hop keeps the fair model's pace for about its first
+#: 50 on the bed and only then settles (docs/results/2026-11-28-fair-transport-bed.md, "Hop's
+#: steady state"), so a validation measures past them.
+STEADY_ITERATIONS = 120
+
+
 def link_bound_matrix(name: str, algorithms: list[str], workers: int,
-                      iterations: int = 40, hidden: int = 1024) -> str:
+                      iterations: int = STEADY_ITERATIONS, hidden: int = 1024) -> str:
     """A matrix whose every step is bound by a shaped bed's link rather than its compute:
     mlp-digits with a `hidden`-unit hidden layer (1,024: 307 KB messages, within a socket's
     buffer; 32,768: 9.7 MB, beyond it) and 20 ms of emulated compute, one seed, listening on
