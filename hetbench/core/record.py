@@ -172,12 +172,8 @@ def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
            if "test_perplexity" in final else {}),
         "final_consensus_distance": final.get("consensus_distance"),
         "mean_consensus_distance": sum(snapshots) / len(snapshots) if snapshots else None,
-        "evaluated_model": config.algorithm_class().evaluated_model_name(),
+        **algorithm_record(config),
         **sync_health(all_events),
-        "wait_rule": wait_rule_name(declared_wait_rule(
-            config.algorithm_class(), config.algorithm_config(), config.workers)),
-        "sync_intended": config.algorithm_class().intended_sync_share(
-            config.algorithm_config(), config.workers),
         "averagings_after_training": averagings_after_training(done),
         # Steps whose gradient the protocol threw away (StepInfo.discarded): no throughput.
         "gradients_dropped": sum(1 for e in all_events if "samples_discarded" in e),
@@ -190,6 +186,17 @@ def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
         **transport(done),
         **traffic_per_iteration(done, events_by_rank),
         **clock_alignment(done),
+    }
+
+
+def algorithm_record(config: RunConfig) -> dict[str, Any]:
+    """What every summary says of the run's algorithm, real or simulated: the model it
+    evaluates, the rule its waits follow, and the share of time it intends to synchronize."""
+    algorithm, options = config.algorithm_class(), config.algorithm_config()
+    return {
+        "evaluated_model": algorithm.evaluated_model_name(),
+        "wait_rule": wait_rule_name(declared_wait_rule(algorithm, options, config.workers)),
+        "sync_intended": algorithm.intended_sync_share(options, config.workers),
     }
 
 

@@ -108,7 +108,6 @@ def _summary(config: RunConfig, models: SimModels, engine: Engine, status: str,
         **(engine.learner.summary() if engine.learner is not None and status == "ok" else {}),
         **_facts(config, stats, engine.sink.kept_events()),
         "simulated": True, "sim": {**models.to_dict(config), **stats}, **config.code_record(),
-        "evaluated_model": config.algorithm_class().evaluated_model_name(),
         # A learned run trained its simulated workers on the workload's data; a timing-only
         # one trained on none.
         "data": (f"{config.data_source} (learned in the simulator)"

@@ -19,10 +19,15 @@ import numpy as np
 
 from hetbench.core.config import RunConfig
 from hetbench.core.metrics import SyncTally, throughput_of_columns
-from hetbench.core.record import HARNESS_KEYS, encode_fields, logged_peer_ranks, step_event
+from hetbench.core.record import (
+    HARNESS_KEYS,
+    algorithm_record,
+    encode_fields,
+    logged_peer_ranks,
+    step_event,
+)
 from hetbench.core.rundir import RunDir
 from hetbench.core.store import jsonl_line, write_json_atomic
-from hetbench.core.waits import declared_wait_rule, wait_rule_name
 from hetbench.errors import UserError
 
 #: Events buffered per worker before they are appended to its log (bounds memory at scale).
@@ -290,10 +295,7 @@ class EventSink:
             "final_test_loss": None, "final_test_accuracy": None,
             "final_consensus_distance": None, "mean_consensus_distance": None,
             **self.sync.health(),
-            "wait_rule": wait_rule_name(declared_wait_rule(
-                config.algorithm_class(), config.algorithm_config(), config.workers)),
-            "sync_intended": config.algorithm_class().intended_sync_share(
-                config.algorithm_config(), config.workers),
+            **algorithm_record(config),
             "averagings_after_training": None, "gradients_dropped": self.discarded,
             "torn_lines": 0,
             "train_cpu_s": None,  # no process ran
