@@ -106,10 +106,9 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
     """Run a matrix of algorithms x workloads x workers x slowdowns x seeds."""
     from hetbench.core.launchers import DEFAULT_LAUNCHER, launcher_kind
 
-    if not (dry_run or prepare) and (launcher or DEFAULT_LAUNCHER) == "local":
-        from hetbench.harness.launch.local import start_forkserver_early
-
-        start_forkserver_early()
+    kind = launcher_kind(launcher or DEFAULT_LAUNCHER)
+    if not (dry_run or prepare) and kind.warm_up:
+        kind.load(kind.warm_up)()
     from hetbench.harness.matrix import check_writable, from_file_and_flags
 
     spec, configs = from_file_and_flags(

@@ -106,6 +106,8 @@ class RunConfig:
         algo_cls = self.algorithm_class()
         algo_cfg = build_config(algo_cls.Config, self.algorithm_options,
                                 f"algorithm {self.algorithm}")
+        # Every later question gets the typed options validated here (algorithm_config()).
+        object.__setattr__(self, "_algorithm_config", algo_cfg)
         if self.hosts:
             self._check_hosts()
             if why := algo_cls.one_host_only(algo_cfg):
@@ -114,6 +116,7 @@ class RunConfig:
         load_cls = self.workload_class()
         load_cfg = build_config(load_cls.Config, self.workload_options, f"workload {self.workload}")
         load_cfg = _with_preset_compute(self.workload, self.workload_options, load_cfg)
+        object.__setattr__(self, "_workload_config", load_cfg)
         load_cls.validate(load_cfg)
         if getattr(load_cfg, "compute", "real") == "emulated" and (
                 why := algo_cls.needs_real_compute(algo_cfg)):
@@ -139,10 +142,6 @@ class RunConfig:
         parse_fault(self.fault, self.workers)
         object.__setattr__(self, "algorithm_options", dataclasses.asdict(algo_cfg))
         object.__setattr__(self, "workload_options", dataclasses.asdict(load_cfg))
-        # The typed options just validated are the ones every later question gets
-        # (functools.cached_property keeps them in the instance's __dict__).
-        self.__dict__["_algorithm_config"] = algo_cfg
-        self.__dict__["_workload_config"] = load_cfg
 
     def _check_hosts(self) -> None:
         """Hosts only where a launcher starts ranks on them, every rank placed, and a rendezvous
@@ -220,20 +219,12 @@ class RunConfig:
         return code_record(self)
 
     def algorithm_config(self):
-        """The algorithm's typed options (its frozen Config), built once per RunConfig."""
+        """The algorithm's typed options (its frozen Config), as validation built them."""
         return self._algorithm_config
 
     def workload_config(self):
-        """The workload's typed options (its Config), built once per RunConfig."""
+        """The workload's typed options (its Config), as validation built them."""
         return self._workload_config
-
-    @functools.cached_property
-    def _algorithm_config(self):
-        return build_config(self.algorithm_class().Config, self.algorithm_options, self.algorithm)
-
-    @functools.cached_property
-    def _workload_config(self):
-        return build_config(self.workload_class().Config, self.workload_options, self.workload)
 
     def injector(self):
         """A new injector each call: it draws as the run goes, so each user gets its own."""

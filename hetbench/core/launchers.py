@@ -40,6 +40,9 @@ class LauncherKind:
     #: {plugins_x}, {world}, {run_id}, {run_dir} filled in); None: why --prepare is refused.
     prepare_hint: str | None
     no_prepare: str = ""
+    #: "module:function" `bench run` calls before anything else when this launcher runs the
+    #: matrix (the local launcher's forkserver, started while the matrix is read), or None.
+    warm_up: str | None = None
 
     def load(self, target: str) -> Any:
         module, _, attr = target.partition(":")
@@ -58,7 +61,8 @@ KINDS: dict[str, LauncherKind] = {kind.name: kind for kind in (
                  across_hosts=False, collects_rank_output=True, rank_answers_probes=False,
                  options_table=None, prepare_hint=None,
                  no_prepare="--prepare is for runs that torchrun or mpirun start on several "
-                            "machines; add --launcher torchrun or --launcher mpi"),
+                            "machines; add --launcher torchrun or --launcher mpi",
+                 warm_up="hetbench.harness.launch.local:start_forkserver_early"),
     LauncherKind("torchrun", "hetbench.harness.launch.external:TorchrunLauncher",
                  "hetbench.comm.rendezvous:join_torchrun", on_this_machine=True,
                  across_hosts=True, collects_rank_output=False, rank_answers_probes=False,

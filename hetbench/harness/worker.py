@@ -469,8 +469,8 @@ def log_to_run_dir(run_dir: Path, rank: int) -> None:
 
 
 def _join(config: RunConfig, args: argparse.Namespace) -> Rendezvous:
-    join = launcher_kind(config.launcher)
-    return join.load(join.joins)(rendezvous.JoinRequest(
+    kind = launcher_kind(config.launcher)
+    return kind.load(kind.joins)(rendezvous.JoinRequest(
         config.world_size, config.host_timeout_s, config.bind_host, Path(args.run_dir),
         args.rank, args.store_host, args.store_port))
 

@@ -135,7 +135,8 @@ def _one_host(run) -> bool:
         hosts = run.get(known)
         if isinstance(hosts, int | float) and hosts == hosts:
             return hosts <= 1
-    kind = KINDS.get(run.get("launcher")) if isinstance(run.get("launcher"), str) else None
+    launcher = run.get("launcher")
+    kind = KINDS.get(launcher if isinstance(launcher, str) else DEFAULT_LAUNCHER)
     return (kind or KINDS[DEFAULT_LAUNCHER]).on_this_machine and not run.get("hosts")
 
 
