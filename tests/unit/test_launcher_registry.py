@@ -29,6 +29,8 @@ def test_each_entry_names_a_launcher_class_and_a_join_that_exist(name):
     assert {"on_progress", "options"} <= set(inspect.signature(starts).parameters)
     joins = kind.load(kind.joins)
     assert list(inspect.signature(joins).parameters) == ["request"]
+    if kind.warm_up is not None:
+        assert callable(kind.load(kind.warm_up))
 
 
 def test_an_unknown_launcher_is_one_line_naming_every_registered_one():
