@@ -196,7 +196,7 @@ The simulated half (`bench sim`)
 - The fair transport (`[network] transport = "fair"`): a protocol plays it only when it sets
   `transport_ready = True`, runs its collectives through `self.after_rings(members, sizes,
   at, then, *args)` and sends every point-to-point message and posts every receive where its
-  real half does through `self.transport` (sim/transport.py); otherwise `bench sim` refuses
+  real half does through `self.transport` (network/transport.py); otherwise `bench sim` refuses
   it under fair.
 - A protocol whose algorithm owns its compute sets `work(w, k, compute_s, factor)`: how much
   worker w computes in iteration k given a whole batch's compute time and its slowdown

@@ -30,8 +30,8 @@ from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.options import opt
 from hetbench.core.tensors import flat_params, set_flat_params
 from hetbench.errors import UserError
+from hetbench.network.transport import ANY
 from hetbench.sim.protocol import Protocol
-from hetbench.sim.transport import ANY
 
 REQUEST_TAG, REPLY_TAG = 51, 52
 #: First element of a request: average with this model, or this active worker is done.

@@ -33,8 +33,8 @@ from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.options import opt
 from hetbench.core.tensors import flat_grads, flat_params, set_flat_grads, set_flat_params
 from hetbench.errors import UserError
+from hetbench.network.transport import ANY
 from hetbench.sim.protocol import Protocol
-from hetbench.sim.transport import ANY
 
 GRAD_TAG = 41
 PARAMS_TAG = 42

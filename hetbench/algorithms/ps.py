@@ -23,8 +23,8 @@ import torch
 
 from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.tensors import flat_grads, flat_params, set_flat_grads, set_flat_params
+from hetbench.network.transport import ANY
 from hetbench.sim.protocol import Protocol, Steps
-from hetbench.sim.transport import ANY
 
 GRAD_TAG = 1
 PARAMS_TAG = 2

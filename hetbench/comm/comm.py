@@ -378,6 +378,11 @@ class Comm:
         posted_under = self.network
         started = time.perf_counter()
         since = float("-inf") if posted_under is None else posted_under.clock()
+        # A receive from a known sender is posted now (the fair transport moves its message
+        # only from then on); one from any sender once it names its sender, below.
+        ticket = None
+        if posted_under is not None and src is not None:
+            ticket = posted_under.recv_ticket(src, self._stream(group, tag))
         if self.stages_through_host:
             host = self.staging.incoming(tensor)
             sender = dist.recv(host, src=src, group=group, tag=tag)
@@ -392,7 +397,9 @@ class Comm:
         network = self.network
         if network is not None:
             key = self._stream(group, tag)
-            network.recv_end(sender, key, network.recv_ticket(sender, key), since)
+            if ticket is None or network is not posted_under:
+                ticket = network.recv_ticket(sender, key)
+            network.recv_end(sender, key, ticket, since)
         self._blocked(started)
         return sender, values
 
@@ -413,7 +420,8 @@ class Comm:
             posted, out = self.network.send_begin(dst, _nbytes(tensor),
                                                   self._stream(group, tag))
             network = self.network
-            work = _Modeled(dist.isend(message, dst=dst, group=group, tag=tag), lambda: out,
+            work = _Modeled(dist.isend(message, dst=dst, group=group, tag=tag),
+                            lambda: network.send_due(out),
                             lambda since: network.send_end(posted, out),
                             lambda: network.send_end(posted, out, wait=False))
         if message is not tensor:

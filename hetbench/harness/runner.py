@@ -105,10 +105,6 @@ def check_real_runs(configs: list[RunConfig]) -> None:
     if any(config.learn for config in configs):
         raise UserError("learn = true asks `bench sim` to train its simulated workers; real "
                         "runs always train: drop it from the matrix for bench run")
-    if any((config.network or {}).get("transport", "fcfs") != "fcfs" for config in configs):
-        raise UserError("[network] transport = \"fair\" is played by `bench sim` only so far; "
-                        "the emulator of real runs sends first come first served: drop it "
-                        "for bench run")
 
 
 def run_matrix(configs: list[RunConfig], out_dir: Path, force: bool = False,

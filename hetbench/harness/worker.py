@@ -161,7 +161,7 @@ def run_worker(run_dir: Path, config: RunConfig, rdzv: Rendezvous, services: dic
                 raise RuntimeError(f"a [network] model emulates a cluster on one host, but rank "
                                    f"{rank} runs on {host}, not on rank 0's host")
             if rank == 0:
-                Emulator.prepare(run_dir, world_size)
+                Emulator.prepare(run_dir, network)
         batches = None
         if ctx.is_worker and config.compute != "emulated":
             progress.phase = "reading data"

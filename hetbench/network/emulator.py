@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from hetbench.network import fair_service
 from hetbench.network.model import Cluster, egress, ingress
 from hetbench.network.shared import FILE_NAME, SharedState
 
@@ -78,14 +79,14 @@ def host_cpu() -> tuple[int, int] | None:
 class Emulator:
     """One rank's view of the emulated network."""
 
-    def __init__(self, model: Cluster, state: SharedState, rank: int,
+    def __init__(self, model: Cluster, state: SharedState | None, rank: int,
                  clock: Callable[[], float] = time.monotonic):
         self.model = model
         self.state = state
         self.rank = rank
         self.k = model.config.dilation
         self.clock = clock
-        self.ledger = state.ledger
+        self.ledger = None if state is None else state.ledger
         self.t0 = clock()
         self.fidelity = Fidelity()
         self._own_ports = (egress(rank), ingress(rank))
@@ -93,14 +94,21 @@ class Emulator:
         self._taken: dict[tuple[int, int], int] = {}
         self._cpu0 = host_cpu()
 
-    @classmethod
-    def prepare(cls, run_dir: Path, world_size: int) -> None:
-        """Rank 0, before the others open it: a fresh shared file (a rerun's is reset)."""
-        SharedState(Path(run_dir) / FILE_NAME, world_size, create=True).close()
+    @staticmethod
+    def prepare(run_dir: Path, model: Cluster) -> None:
+        """Rank 0, before the others open it: a fresh shared file (a rerun's is reset), or
+        under transport = "fair" the run's transport service."""
+        if model.config.transport == "fair":
+            fair_service.start(run_dir, model)
+        else:
+            SharedState(Path(run_dir) / FILE_NAME, model.world_size, create=True).close()
 
-    @classmethod
-    def open(cls, run_dir: Path, model: Cluster, rank: int) -> Emulator:
-        return cls(model, SharedState(Path(run_dir) / FILE_NAME, model.world_size), rank)
+    @staticmethod
+    def open(run_dir: Path, model: Cluster, rank: int) -> Emulator:
+        """This rank's emulator of the run's network (after rank 0's prepare)."""
+        if model.config.transport == "fair":
+            return FairEmulator(model, fair_service.ServiceClient(run_dir, rank), rank)
+        return Emulator(model, SharedState(Path(run_dir) / FILE_NAME, model.world_size), rank)
 
     def close(self) -> None:
         self.state.close()
@@ -148,6 +156,10 @@ class Emulator:
         self.state.post(self.rank, dst, key, seq, now, out + transfer.latency_s * self.k)
         return now, out
 
+    def send_due(self, out: float) -> float:
+        """When a send begun with send_begin is done (its `out`): on this clock."""
+        return out
+
     def send_end(self, posted: float, out: float, wait: bool = True) -> None:
         """After the real send: wait until the modeled bytes are out. A real send may finish
         late because its receiver was not ready (gloo hands large messages over only to a
@@ -161,8 +173,9 @@ class Emulator:
         self._until(out, out - posted, "send", since=float("inf"))
 
     def recv_ticket(self, src: int, key: int) -> int:
-        """This rank's next message number from src on stream `key` (take it when the receive
-        is posted, in posting order: messages of one stream arrive in order)."""
+        """This rank's next message number from src on stream `key`, taken when the receive
+        is posted (in posting order: messages of one stream arrive in order), or for a
+        receive from any sender once it names its sender."""
         seq = self._taken.get((src, key), 0)
         self._taken[(src, key)] = seq + 1
         return seq
@@ -212,3 +225,67 @@ class Emulator:
         if cpu is not None and self._cpu0 is not None and cpu[1] > self._cpu0[1]:
             record["host_idle"] = (cpu[0] - self._cpu0[0]) / (cpu[1] - self._cpu0[1])
         return record
+
+
+class FairEmulator(Emulator):
+    """The emulated network under `transport = "fair"`: every send, receive post and
+    collective arrival goes to the run's transport service (fair_service.py), which sees
+    every rank's and answers when each is done; what the host made late is recorded as
+    Emulator records it. Collectives are ring flows there (refused with collective = "tree",
+    as in bench sim), and NICs keep their speed (no network slowdown)."""
+
+    def __init__(self, model: Cluster, client: fair_service.ServiceClient, rank: int,
+                 clock: Callable[[], float] = time.monotonic):
+        super().__init__(model, None, rank, clock)
+        self.client = client
+        self._collectives: dict[tuple[int, ...], int] = {}
+
+    def close(self) -> None:
+        self.client.close()
+
+    def collective(self, members, nbytes, agree, run, broadcast=False, arrived=None,
+                   setup_s=0.0) -> None:
+        ranks = tuple(sorted(set(members)))
+        if len(ranks) < 2 and setup_s == 0.0:
+            run()
+            return
+        seq = self._collectives.get(ranks, 0)
+        self._collectives[ranks] = seq + 1
+        # The arrival, stamped now or when it came (a P-Reduce's, before its set-up).
+        self.client.tell_at(self.clock() if arrived is None else arrived, "ring",
+                                  list(ranks), nbytes, broadcast, seq, setup_s)
+        run()
+        end, modeled = self.client.ask("wait", ["ring", list(ranks), seq])
+        self._until(end, modeled, "collective")
+
+    def send_begin(self, dst: int, nbytes: int, key: int) -> tuple[float, list]:
+        seq = self._sent.get((dst, key), 0)
+        self._sent[(dst, key)] = seq + 1
+        posted = self.clock()
+        self.client.tell("send", self.rank, dst, nbytes, key, seq)
+        return posted, ["sent", self.rank, dst, key, seq]
+
+    def send_due(self, out: list) -> float:
+        due = self.client.ask("query", out)
+        return float("inf") if due is None else due
+
+    def send_end(self, posted: float, out: list, wait: bool = True) -> None:
+        if not wait:
+            self.client.tell("forget", out)
+            self.fidelity.add(0.0, 0.0, "send")
+            return
+        end, modeled = self.client.ask("wait", out)
+        self._until(end, modeled, "send", since=float("inf"))
+
+    def recv_ticket(self, src: int, key: int) -> int:
+        seq = super().recv_ticket(src, key)
+        self.client.tell("recv", self.rank, src, key)
+        return seq
+
+    def delivery(self, src: int, key: int, seq: int) -> float:
+        due = self.client.ask("query", ["delivered", src, self.rank, key, seq])
+        return float("inf") if due is None else due
+
+    def recv_end(self, src: int, key: int, seq: int, since: float = float("-inf")) -> None:
+        end, modeled = self.client.ask("wait", ["delivered", src, self.rank, key, seq])
+        self._until(end, modeled, "receive", since)

@@ -80,7 +80,7 @@ class NetworkConfig:
     #: How point-to-point messages move: "fcfs" (eager, each NIC first come first served) or
     #: "fair" (rendezvous with a posted receive, flows sharing NICs max-min fairly). So far
     #: only `bench sim` plays "fair", and only for the protocols that post their receives
-    #: (hetbench.sim.transport); the emulator of real runs plays "fcfs".
+    #: (hetbench.network.transport); the emulator of real runs plays "fcfs".
     transport: str = "fcfs"
 
     def __post_init__(self):

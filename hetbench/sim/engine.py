@@ -22,10 +22,10 @@ import numpy as np
 from hetbench.core.config import RunConfig
 from hetbench.core.registry import ALGORITHMS
 from hetbench.errors import UserError
+from hetbench.network.transport import Transport
 from hetbench.sim.model import SimModels, layout
 from hetbench.sim.protocol import Protocol
 from hetbench.sim.sink import EventSink
-from hetbench.sim.transport import Transport
 
 
 class Engine:
@@ -87,11 +87,11 @@ class Engine:
         # at the top of every iteration, as the real worker loop does.
         self._agree = config.seconds is not None and config.algorithm_class().synchronous
         self._agreeing: list[int] = []
-        #: A Cluster's fair transport (`transport = "fair"`, sim/transport.py), or None.
+        #: A Cluster's fair transport (`transport = "fair"`, network/transport.py), or None.
         self.transport = None
         if self.network.fair:
             self._check_fair_transport()
-            self.transport = Transport(self, self.network)
+            self.transport = Transport(self, self.network.cluster)
         self.protocol = protocol_for(self)
         self.active = self.protocol.servers  # a server process is always in its loop
         #: The protocol's rule for how much a worker computes (Protocol.work), or None.
@@ -99,22 +99,14 @@ class Engine:
 
     def _check_fair_transport(self) -> None:
         """`transport = "fair"` needs a protocol that sends through the transport and posts
-        its receives, ring collectives, NICs whose speed holds for the whole run (the flows'
-        shares are computed over fixed capacities) and no recorded order to follow."""
+        its receives, and no recorded order to follow (its collectives and NICs: RunConfig
+        checks them for bench run too)."""
         protocol = simulated_protocol(self.config)
         if not protocol.transport_ready:
             ready = playable(lambda played: played.transport_ready)
             raise UserError(f"[network] transport = \"fair\": {self.config.algorithm}'s "
                             f"simulated protocol {protocol.__name__} does not post its "
                             f"receives yet; fair transport plays {', '.join(ready)}")
-        if self.network.cluster.config.collective != "ring":
-            raise UserError("[network] transport = \"fair\" moves ring collectives as flows; "
-                            f"collective = \"{self.network.cluster.config.collective}\" is not "
-                            "modeled as flows yet: use transport = \"fcfs\"")
-        if self.injector.network_kind:
-            raise UserError(f"[network] transport = \"fair\" with slowdown "
-                            f"{self.config.slowdown!r}: slowed NICs are not modeled in fair "
-                            "flows yet; use transport = \"fcfs\"")
         if self.recorded_order is not None:
             raise UserError("[network] transport = \"fair\" cannot follow a real run's "
                             "recorded order yet; use transport = \"fcfs\"")

@@ -122,7 +122,7 @@ class Protocol:
     - `self.after_rings(members, sizes, at, then, *args)` for a collective that may play the
       `[network]` table's `transport = "fair"`: `then(end, *args)` at its end (at once
       otherwise, from `self.net.rings`); and, under fair, `self.transport.send` and
-      `post_receive` for every point-to-point message and receive (sim/transport.py);
+      `post_receive` for every point-to-point message and receive (network/transport.py);
     - `self.engine.done(w)` when w's finish() would return (the default finish does it);
     - `self.engine.at(t, fn, *args)` to run fn(*args) at simulated time t.
 
@@ -147,7 +147,7 @@ class Protocol:
         self.eng = engine
         self.n = engine.n
         self.net = engine.network
-        #: A Cluster's fair transport (sim/transport.py), or None (fcfs, or no Cluster).
+        #: A Cluster's fair transport (network/transport.py), or None (fcfs, or no Cluster).
         self.transport = engine.transport
         self.model_bytes = engine.layout.model_bytes
         self.config = engine.config.algorithm_config()
@@ -194,7 +194,7 @@ class Protocol:
     def after_rings(self, members, sizes, at: float, then, *args) -> None:
         """Ring all-reduces of each of `sizes` bytes in turn over `members` (all in at `at`),
         then `then(end, *args)` at their end: at once, with the end the network's costs give,
-        or on a fair transport when the rings' flows have moved (sim/transport.py), with
+        or on a fair transport when the rings' flows have moved (network/transport.py), with
         `engine.now` then the end. The one way a protocol that plays "fair" runs a
         collective."""
         if self.transport is None:

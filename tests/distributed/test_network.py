@@ -26,7 +26,7 @@ def _emulate(comm, run_dir, **options):
     """Every rank of `comm` emulates NetworkConfig(**options) from here on (collective)."""
     model = Cluster(NetworkConfig(**options), comm.world_size, comm.world_size)
     if comm.rank == 0:
-        Emulator.prepare(run_dir, comm.world_size)
+        Emulator.prepare(run_dir, model)
     comm.barrier()
     comm.start_network(Emulator.open(run_dir, model, comm.rank))
     return comm.network

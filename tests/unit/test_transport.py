@@ -1,5 +1,5 @@
-"""`transport = "fair"` in bench sim (sim/transport.py, issue 58): a message moves only once its
-receiver posted a matching receive, flows that cross one NIC share it, and a parameter server's
+"""`transport = "fair"` in bench sim (network/transport.py, issue 58): a message moves only once
+its receiver posted a matching receive, flows that cross one NIC share it, and a parameter server's
 concurrent replies arrive together; "fcfs", the default, is the model as it was."""
 
 import itertools
@@ -12,9 +12,9 @@ from hetbench.api import Protocol, UserError
 from hetbench.core.config import RunConfig
 from hetbench.core.store import read_jsonl
 from hetbench.network.model import GBIT
+from hetbench.network.transport import SOCKET_BUFFER_BYTES
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels, layout
 from hetbench.sim.run import simulate
-from hetbench.sim.transport import SOCKET_BUFFER_BYTES
 from tests.helpers import sim_only_algorithm
 
 COMPUTE_S = 0.05
@@ -97,7 +97,7 @@ class FirstComeSim(Protocol):
                              0.0, peers=1)
 
 
-def test_fair_is_refused_for_a_protocol_that_does_not_post_receives_and_in_real_runs(
+def test_fair_is_refused_for_a_protocol_that_does_not_post_receives_and_for_trees(
         tmp_path, monkeypatch):
     name = sim_only_algorithm(monkeypatch, "test-first-come", FirstComeSim)
     config = RunConfig(algorithm=name, workload="mlp-digits", workers=4,
@@ -113,31 +113,26 @@ def test_fair_is_refused_for_a_protocol_that_does_not_post_receives_and_in_real_
     first_come = RunConfig(algorithm=name, workload="mlp-digits", workers=4, iterations=8,
                            network=LINKS)
     assert simulate(first_come, MODELS, tmp_path / "fcfs").summary["status"] == "ok"
-    tree = RunConfig(algorithm="allreduce", workload="mlp-digits", workers=4, iterations=8,
-                     network={**LINKS, "transport": "fair", "collective": "tree"})
     with pytest.raises(UserError, match="collective = \"tree\" is not modeled as flows"):
-        simulate(tree, MODELS, tmp_path)
+        RunConfig(algorithm="allreduce", workload="mlp-digits", workers=4, iterations=8,
+                  network={**LINKS, "transport": "fair", "collective": "tree"})
+    with pytest.raises(UserError, match="slowed NICs are not modeled in fair flows"):
+        RunConfig(algorithm="allreduce", workload="mlp-digits", workers=4, iterations=8,
+                  slowdown="net:4@1", network={**LINKS, "transport": "fair"})
     with pytest.raises(UserError, match="transport must be one of fcfs, fair"):
         RunConfig(algorithm="ps-sync", workload="mlp-digits", workers=4, iterations=8,
                   network={**LINKS, "transport": "tcp"})
-    # The emulator of real runs sends first come first served: bench run refuses "fair"
-    # before any process starts, in one line.
+    # bench run refuses what fair does not model in one line, before any process starts
+    # (fair itself it plays: tests/distributed/test_fair_emulator.py).
     matrix = tmp_path / "fair.toml"
     matrix.write_text('name = "fair"\nalgorithms = ["ps-sync"]\nworkloads = ["mlp-digits"]\n'
-                      'workers = [2]\niterations = 8\n[network]\ntransport = "fair"\n')
+                      'workers = [2]\niterations = 8\n[network]\ntransport = "fair"\n'
+                      'collective = "tree"\n')
     done = subprocess.run([sys.executable, "-m", "hetbench", "run", str(matrix), "--out",
                            str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
-    assert "played by `bench sim` only" in done.stderr and "Traceback" not in done.stderr
+    assert "is not modeled as flows" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
-    # bench tune and bench reproduce run their matrices through run_matrix: refused there too.
-    from hetbench.harness.runner import run_matrix
-
-    fair = RunConfig(algorithm="ps-sync", workload="mlp-digits", workers=2, iterations=8,
-                     network={**LINKS, "transport": "fair"})
-    with pytest.raises(UserError, match="played by `bench sim` only"):
-        run_matrix([fair], tmp_path / "matrix")
-    assert not (tmp_path / "matrix").exists()
 
 
 def _ps(tmp_path, algorithm, transport, workers=4, **options):

@@ -1,5 +1,7 @@
-"""Point-to-point messages on a simulated cluster as they move under gloo and TCP, delivered
-by callback: the `[network]` table's `transport = "fair"` (issue 58).
+"""Messages on a modeled cluster as they move under gloo and TCP, delivered by callback: the
+`[network]` table's `transport = "fair"` (issue 58), one model for both of its players:
+`bench sim` drives it on its simulated clock (sim/engine.py), and the emulator of real runs on
+the host's clock, in a service every rank of the run talks to (network/fair_service.py).
 
 Under the default, "fcfs" (the model every result before it used), a protocol computes its
 messages' times itself when it sends them (ClusterNetwork.post: a message moves as soon as
@@ -46,12 +48,12 @@ SOCKET_BUFFER_BYTES = 4 * 2**20
 
 
 class Transport:
-    """One simulated run's fair transport over its ClusterNetwork `net`, on the engine's clock
-    (`engine.now`, `engine.at`)."""
+    """One run's fair transport over its Cluster (network/model.py), on a clock `engine`:
+    `engine.now` (the current event's time, in cluster seconds) and `engine.at(t, fn, *args)`
+    (call fn(*args) at time t; callbacks of one time in the order they were scheduled)."""
 
-    def __init__(self, engine, net):
-        self.engine, self.net = engine, net
-        cluster = net.cluster
+    def __init__(self, engine, cluster):
+        self.engine, self.cluster = engine, cluster
         self.flows = FlowNetwork([cluster.nic_rate(p // 2) for p in range(cluster.ports)])
         # gloo moves no message before its receive is posted, whatever its size.
         self.rendezvous = Rendezvous(eager_bytes=0.0)
@@ -89,19 +91,21 @@ class Transport:
         the first message of that stream not yet received may move."""
         self._later(self.engine.now if at is None else at, self._receive, dst, src, key)
 
-    def rings(self, members, sizes, at: float, done: tuple) -> None:
-        """Ring all-reduces of each of `sizes` bytes in turn over `members`, all in from `at`
-        (>= now): done = (fn, *args) is called when the last one ends."""
-        self._later(at, self._rings, tuple(sorted(set(members))), tuple(sizes), done)
+    def rings(self, members, sizes, at: float, done: tuple, broadcast: bool = False) -> None:
+        """Ring all-reduces of each of `sizes` bytes in turn over `members` (with `broadcast`:
+        pipelined ring broadcasts, m - 1 steps of a chunk each), all in from `at` (>= now):
+        done = (fn, *args) is called when the last one ends."""
+        self._later(at, self._rings, tuple(sorted(set(members))), tuple(sizes), done,
+                    broadcast)
 
     # -- fair ------------------------------------------------------------------------------
-    def _rings(self, ranks, sizes, done) -> None:
+    def _rings(self, ranks, sizes, done, broadcast=False) -> None:
         now = self.engine.now
         m = len(ranks)
         if m < 2 or not sizes:
             done[0](*done[1:])
             return
-        steps = 2 * (m - 1)
+        steps = m - 1 if broadcast else 2 * (m - 1)
         edge_bytes = steps * sum(sizes) / m
         latency, started = 0.0, []
         ring = [m, 0.0, done]  # edges still moving, the ring's latency, the callback
@@ -180,7 +184,7 @@ class Transport:
         network slowdown), so looked up once per pair."""
         link = self._links.get((src, dst))
         if link is None:
-            cluster = self.net.cluster
+            cluster = self.cluster
             link = self._links[(src, dst)] = (*cluster.link(src, dst),
                                               cluster.node[src] == cluster.node[dst])
         return link
