@@ -3,17 +3,19 @@ every protocol of the quick matrix, plus sgp and diloco, on test beds of one-ran
 several link rates.
 
     python benchmarks/fair_bed.py --hosts 5,8 --rates 100mbit,50mbit \
-        --out docs/results/fair-transport-bed.json
+        --out docs/results/fair-transport-bed.json [--emulate fcfs,fair]
 
 For each bed size and rate: a bed of that many hosts with every link shaped by tbf, the link
 measured (testbed.measure), the link-bound matrix run for real across the hosts (torchrun, one
-rank a host), then simulated both ways on the measured link. The parameter servers take a host
-of their own, so they run hosts - 1 workers; the others run the largest even count that fits
-(Prague's groups of two). The bed's hosts share this machine's cores and compute is emulated
-(a 20 ms wait): each shaped run's median compute an iteration (20 ms and the host's lateness
-in waking a rank) and the host's CPU busy share over its training iterations (/proc/stat, all
-cores, the kernel's network work included) say whether the host kept up. One run per cell;
-writes `--out` as JSON and prints a line per cell. Needs root and network namespaces.
+rank a host), then simulated both ways on the measured link, and with --emulate run for real
+on this one host under the emulator of each transport named, on the same link. The parameter
+servers take a host of their own, so they run hosts - 1 workers; the others run the largest
+even count that fits (Prague's groups of two). The bed's hosts share this machine's cores and
+compute is emulated (a 20 ms wait): each shaped run's median compute an iteration (20 ms and
+the host's lateness in waking a rank) and the host's CPU busy share over its training
+iterations (/proc/stat, all cores, the kernel's network work included) say whether the host
+kept up. One run per cell; writes `--out` as JSON and prints a line per cell. Needs root and
+network namespaces.
 """
 
 from __future__ import annotations
@@ -132,6 +134,11 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=1024,
                         help="mlp-digits' hidden units (32768: messages beyond a socket buffer)")
     parser.add_argument("--queue-ms", type=float, default=testbed.SHAPE_QUEUE_MS)
+    parser.add_argument("--emulate", default="",
+                        help="transports (fcfs,fair) to also run for real on this one host "
+                             "under the emulator, on the measured link (`emulated_<transport>`)")
+    parser.add_argument("--dilation", type=float, default=1.0,
+                        help="the emulated runs' dilation")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     algorithms = args.algorithms.split(",")
@@ -174,6 +181,21 @@ def main() -> None:
                                     str(out)], check=True, capture_output=True, cwd=ROOT)
                     for algorithm, summary in summaries(out).items():
                         simulated.setdefault(algorithm, {})[transport] = summary["throughput"]
+            emulated: dict[str, dict] = {}
+            for transport in filter(None, args.emulate.split(",")):
+                for workers, matrix in matrices.items():
+                    path = work / f"emu-{hosts}-{rate}-{workers}-{transport}.toml"
+                    path.write_text(matrix.read_text().replace('bind_host = "0.0.0.0"\n', "")
+                                    + network_table(link, transport=transport,
+                                                    dilation=args.dilation))
+                    out = work / f"emu-{hosts}-{rate}-{workers}-{transport}"
+                    subprocess.run([sys.executable, "-m", "hetbench", "run", str(path),
+                                    "--out", str(out)], check=True, capture_output=True,
+                                   cwd=ROOT)
+                    for algorithm, summary in summaries(out).items():
+                        emulated.setdefault(algorithm, {})[f"emulated_{transport}"] = (
+                            summary["throughput"])
+                        emulated[algorithm][f"fidelity_{transport}"] = summary.get("fidelity")
             for algorithm in algorithms:
                 real = shaped[algorithm]
                 cell = {"hosts": hosts, "rate": rate, "algorithm": algorithm,
@@ -185,12 +207,20 @@ def main() -> None:
                         "rtt_us": round(link["rtt_us"], 1)}
                 cell["shaped_over_fcfs"] = round(cell["shaped"] / cell["fcfs"], 3)
                 cell["shaped_over_fair"] = round(cell["shaped"] / cell["fair"], 3)
+                cell.update(emulated.get(algorithm, {}))
+                for transport in filter(None, args.emulate.split(",")):
+                    cell[f"shaped_over_emulated_{transport}"] = round(
+                        cell["shaped"] / cell[f"emulated_{transport}"], 3)
                 cells.append(cell)
                 print(f"{hosts} hosts {rate} {algorithm} ({cell['workers']} workers): shaped "
                       f"{cell['shaped']:.0f}, fcfs {cell['fcfs']:.0f}, fair {cell['fair']:.0f}"
                       f" samples/s; shaped/fcfs {cell['shaped_over_fcfs']:.2f}, shaped/fair "
                       f"{cell['shaped_over_fair']:.2f}; compute {cell['compute_ms']:.1f} ms, "
-                      f"cpu busy {cell['cpu_busy']:.0%}",
+                      f"cpu busy {cell['cpu_busy']:.0%}"
+                      + "".join(f"; shaped/emulated {t} "
+                                f"{cell[f'shaped_over_emulated_{t}']:.2f} "
+                                f"({cell[f'fidelity_{t}']} fidelity)"
+                                for t in filter(None, args.emulate.split(","))),
                       flush=True)
             print(f"{hosts} hosts {rate}: link {link['payload_gbps'] * 1000:.1f} Mbit/s, rtt "
                   f"{link['rtt_us']:.0f} us, {time.time() - started:.0f} s", flush=True)

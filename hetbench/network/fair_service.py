@@ -174,7 +174,9 @@ class FairService:
     # -- the loop ----------------------------------------------------------------------------
     def serve(self, listener: socket.socket, parent: int) -> None:
         """Answer until every rank has said goodbye, or the rank that started the service
-        (`parent`) is gone."""
+        (`parent`) is gone and no rank is connected any more: rank 0 may end its process
+        while a server rank still waits on its last messages, and a failed run's ranks end
+        their connections by ending."""
         conns: list[Connection] = []
         while len(self._byes) < self.world_size:
             due = self.host_s(self.clock.next_at()) - self.host_clock()
@@ -198,7 +200,7 @@ class FairService:
                 self.clock.run_until(self.cluster_s(request[1]))
                 self.handle(conn, request)
             self.clock.run_until(self.cluster_s(self.host_clock()))
-            if os.getppid() != parent:
+            if not conns and os.getppid() != parent:
                 return
 
 

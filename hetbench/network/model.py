@@ -78,9 +78,8 @@ class NetworkConfig:
     #: double binary tree: 2 ceil(log2 n) hops, the same bandwidth).
     collective: str = "ring"
     #: How point-to-point messages move: "fcfs" (eager, each NIC first come first served) or
-    #: "fair" (rendezvous with a posted receive, flows sharing NICs max-min fairly). So far
-    #: only `bench sim` plays "fair", and only for the protocols that post their receives
-    #: (hetbench.network.transport); the emulator of real runs plays "fcfs".
+    #: "fair" (rendezvous with a posted receive, flows sharing NICs max-min fairly:
+    #: hetbench.network.transport, played by bench sim and by the emulator of real runs).
     transport: str = "fcfs"
 
     def __post_init__(self):

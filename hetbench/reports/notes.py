@@ -180,10 +180,13 @@ def point_to_point_note(runs: pd.DataFrame) -> list[str]:
     links: said where emulated runs moved point-to-point bytes (first come, first served), or
     simulated runs played a cluster's network (its transport's own caveat)."""
     simulated = runs.get("simulated", pd.Series(False, index=runs.index)).fillna(False)
-    emulated = runs.get("network", pd.Series(None, index=runs.index)).apply(
-        lambda n: isinstance(n, dict)) & ~simulated.astype(bool)
+    network = runs.get("network", pd.Series(None, index=runs.index))
+    emulated = network.apply(lambda n: isinstance(n, dict)) & ~simulated.astype(bool)
+    emulated_fair = emulated & network.apply(
+        lambda n: isinstance(n, dict) and "fair transport" in n.get("description", ""))
     p2p = runs.get("p2p_mb_per_iteration", pd.Series(0.0, index=runs.index)).fillna(0.0)
-    measured = sorted(set(runs[emulated & (p2p > 0)]["algorithm"]))
+    measured = sorted(set(runs[emulated & ~emulated_fair & (p2p > 0)]["algorithm"]))
+    measured_fair = sorted(set(runs[emulated_fair & (p2p > 0)]["algorithm"]))
     clusters = runs.get("sim", pd.Series(None, index=runs.index)).apply(
         lambda s: s.get("network") if isinstance(s, dict) else None).dropna()
     fair = clusters.str.contains("fair transport", regex=False)
@@ -198,13 +201,17 @@ def point_to_point_note(runs: pd.DataFrame) -> list[str]:
             "throughput (above it where its NIC queues convoy round an 8-host ring, below it "
             "elsewhere, most for a parameter server whose replies exceed a socket buffer): read "
             "point-to-point throughput here as off by up to half, either way "
-            f"({SHAPED['page']}). bench sim's [network] transport = \"fair\" models both.")
-    if fair.any():
+            f"({SHAPED['page']}). [network] transport = \"fair\" models both.")
+    if fair.any() or measured_fair:
+        which = f" ({', '.join(measured_fair)} emulated)" if measured_fair else ""
         notes.append(
-            "Simulated with [network] transport = \"fair\" (a message moves once its receive "
-            "is posted; flows share links max-min fairly): on kernel-shaped links real ranks "
-            f"measured {SHAPED['fair']} of its throughput, within 10% in "
-            f"{SHAPED['fair_within_10_percent']} of {SHAPED['cells']} cells. It leaves out "
+            f"Played with [network] transport = \"fair\"{which} (a message moves once its "
+            "receive is posted; flows share links max-min fairly): on kernel-shaped links real "
+            f"ranks measured {SHAPED['fair']} of bench sim's throughput under it, within 10% in "
+            f"{SHAPED['fair_within_10_percent']} of {SHAPED['cells']} cells, and "
+            f"{SHAPED['emulated_fair']} of the emulator's (real ranks on one host), within 10% "
+            f"in {SHAPED['emulated_fair_within_10_percent']} of {SHAPED['emulated_cells']}. "
+            "It leaves out "
             "control messages waiting behind data in a host's queue and TCP's uneven sharing "
             "among a server's concurrent replies, and misses Hop with a backup worker, most on "
             f"messages beyond a socket buffer ({SHAPED['hop_large_messages']}, cause not found) "

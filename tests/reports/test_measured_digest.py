@@ -42,3 +42,13 @@ def test_the_shaped_links_figures_are_what_the_pages_data_gives():
     assert SHAPED["fair_within_10_percent"] == sum(abs(r - 1) <= 0.1 for r in over["fair"])
     hop = [c["shaped"] / c["fair"] for c in large if c["algorithm"] == "hop"]
     assert SHAPED["hop_large_messages"] == f"{hop[0]:.2f}x" and len(hop) == 1
+
+
+def test_the_emulated_figures_are_what_the_pages_data_gives():
+    cells = _cells("fair-transport-bed-emulated.json")
+    assert SHAPED["emulated_cells"] == len(cells)
+    for transport in ("fcfs", "fair"):
+        over = [c["shaped"] / c[f"emulated_{transport}"] for c in cells]
+        assert SHAPED[f"emulated_{transport}"] == _range(over)
+        assert SHAPED[f"emulated_{transport}_within_10_percent"] == sum(
+            abs(r - 1) <= 0.1 for r in over)

@@ -44,3 +44,15 @@ def test_a_fair_simulation_gets_the_fair_transports_caveat_alone():
                           "sim": {"network": "4 nodes x 1 workers, fair transport"}}])
     (note,) = point_to_point_note(fair)
     assert SHAPED["fair"] in note and "first come" not in note
+
+
+def test_an_emulated_fair_run_gets_the_fair_caveat_with_the_emulators_measured_gap():
+    fair = {"description": "4 nodes x 1 workers, fair transport", "late_share": 0.01}
+    runs = pd.DataFrame([
+        {"algorithm": "hop", "network": fair, "p2p_mb_per_iteration": 1.26, "simulated": False},
+        {"algorithm": "dpsgd", "network": EMULATED, "p2p_mb_per_iteration": 1.26,
+         "simulated": False},
+    ])
+    first_come, played_fair = point_to_point_note(runs)
+    assert "(dpsgd)" in first_come and "hop" not in first_come
+    assert "(hop emulated)" in played_fair and SHAPED["emulated_fair"] in played_fair
