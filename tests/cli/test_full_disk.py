@@ -74,6 +74,7 @@ def one_error_line(result) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_a_run_into_a_disk_that_fills_fails_in_one_line(small_disk, bench, cli_env):
     disk = small_disk(300_000)
     tag = uuid.uuid4().hex
@@ -156,6 +157,7 @@ def test_sim_into_a_full_disk_fails_in_one_line(small_disk, bench):
         assert_whole_lines(run_dir)
 
 
+@pytest.mark.slow
 def test_report_into_a_full_disk_fails_in_one_line(small_disk, bench):
     disk = small_disk(4_000_000)
     results = disk / "results"

@@ -4,6 +4,8 @@ import json
 import subprocess
 import time
 
+import pytest
+
 from hetbench.core.lock import LOCK_FILE
 from tests.helpers import QUARTER_MINUTE_CASES, skip_unless_today
 
@@ -35,6 +37,7 @@ def wait_for(predicate, timeout_s: float) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_a_second_writer_is_refused_and_the_first_finishes_every_run(tmp_path, bench,
                                                                      bench_cmd, cli_env):
     matrix = tmp_path / "race.toml"
@@ -69,6 +72,7 @@ def test_a_second_writer_is_refused_and_the_first_finishes_every_run(tmp_path, b
     assert not (out / LOCK_FILE).exists()  # a writer that ends removes its lock file
 
 
+@pytest.mark.slow
 def test_wait_runs_after_the_holder_and_skips_what_it_finished(tmp_path, bench_cmd, cli_env):
     matrix = tmp_path / "race.toml"
     matrix.write_text(MATRIX.replace("iterations = 150", "iterations = 40"))
@@ -89,6 +93,7 @@ def test_wait_runs_after_the_holder_and_skips_what_it_finished(tmp_path, bench_c
     assert second_out.count("skip") == 2, second_out
 
 
+@pytest.mark.slow
 def test_a_writer_killed_outright_leaves_no_lock(tmp_path, bench, bench_cmd, cli_env):
     matrix = tmp_path / "race.toml"
     matrix.write_text(MATRIX.replace("iterations = 150", "iterations = 20"))
@@ -105,6 +110,7 @@ def test_a_writer_killed_outright_leaves_no_lock(tmp_path, bench, bench_cmd, cli
     assert (out / ".attempts").is_dir()
 
 
+@pytest.mark.slow
 def test_sim_is_refused_while_a_run_writes_and_report_counts_runs_in_progress(tmp_path, bench,
                                                                             bench_cmd, cli_env):
     skip_unless_today("sim-refused-while-writing", QUARTER_MINUTE_CASES, per_day=2)

@@ -6,6 +6,8 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 MATRIX = """
 name = "tiny-sim"
 algorithms = ["allreduce", "prague-smart", "hop"]
@@ -57,6 +59,7 @@ def test_sim_with_default_costs_says_so_first_and_how_to_fit_them(tmp_path, benc
     assert first.startswith("note: default costs") and "--fit-from RESULTS" in first
 
 
+@pytest.mark.slow
 def test_sim_bad_input_is_one_line_and_exit_2(tmp_path, bench):
     cases = [
         ("--algorithms", "allreduce", "--workloads", "mlp-digits", "--workers", "4"),
@@ -78,6 +81,7 @@ def test_sim_bad_input_is_one_line_and_exit_2(tmp_path, bench):
         assert len(lines) == 1 and lines[0].startswith("error: "), (args, result.stderr)
 
 
+@pytest.mark.slow
 def test_sigterm_marks_the_simulation_interrupted_and_a_rerun_replaces_it(tmp_path, bench_cmd,
                                                                           cli_env, bench):
     """bench sim stops on SIGTERM as bench run does (issue 22): the run being simulated is on
@@ -127,6 +131,7 @@ def test_bench_sim_plays_the_template_algorithm(tmp_path, bench):
     assert local["throughput"] > allreduce["throughput"]
 
 
+@pytest.mark.slow
 def test_big_simulations_keep_one_record_per_worker_and_still_report(tmp_path, bench):
     """Above 64 workers `bench sim` writes workers.json instead of an event line per
     worker-iteration (--events full writes them anyway); the report still has every row, says
@@ -171,6 +176,7 @@ def test_sim_labels_a_swept_option_in_progress_and_speedup_lines(tmp_path, bench
         assert "dpsgd mlp-digits" in lines
 
 
+@pytest.mark.slow
 def test_a_report_of_runs_stored_without_event_lines_skips_the_timeline(tmp_path, bench):
     """A study kept as config, summary and evaluations (its event lines left out to save
     space) still reports: the default timeline run has nothing to draw, so there is none, with

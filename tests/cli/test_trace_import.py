@@ -84,6 +84,7 @@ def test_a_failed_import_leaves_the_existing_table_and_directory_untouched(bench
     assert {p.name: p.read_bytes() for p in out.parent.iterdir()} == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["missing", "not-a-run", "wrong-columns"])
 def test_bad_import_sources_get_one_line(bench, tmp_path, case):
     pd = pytest.importorskip("pandas")
@@ -99,6 +100,7 @@ def test_bad_import_sources_get_one_line(bench, tmp_path, case):
     assert not (tmp_path / "t.csv").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text, fragment", [
     (None, "does not exist"),
     ("worker,iteration\n0,0\n", "bad.csv:1: the header must be"),
@@ -118,6 +120,7 @@ def test_bad_replay_tables_exit_2_with_one_line(bench, tmp_path, text, fragment)
     assert fragment in line and str(path) in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec, fragment", [
     ("preset:nope", "unknown preset 'nope'"),
     ("compose:jitter(sigma=9)", "sigma must be a number in [0, 3]"),

@@ -31,6 +31,7 @@ def warnings_of(result) -> list[str]:
     return [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
 
 
+@pytest.mark.slow
 def test_report_writes_the_rest_and_names_each_bad_run(damaged, bench):
     result = bench("report", damaged)
     assert result.returncode == 0, result.stderr
@@ -56,6 +57,7 @@ def test_report_writes_the_rest_and_names_each_bad_run(damaged, bench):
     assert f"Unreadable event lines skipped: {GARBAGE_EVENT_LINE}: 1" in report
 
 
+@pytest.mark.slow
 def test_compare_and_export_skip_the_bad_runs(damaged, bench, tmp_path):
     compare = bench("compare", damaged, "--baseline", "allreduce")
     assert compare.returncode == 0, compare.stderr

@@ -27,6 +27,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", CASES.values(), ids=CASES.keys())
 def test_an_unusable_path_is_one_line_and_exit_2(args, bench):
     result = bench(*args, timeout=60)

@@ -52,6 +52,7 @@ def test_a_topology_without_a_connected_active_passive_split_is_rejected():
     RunConfig(algorithm="adpsgd", workload="mlp-digits", workers=7)  # odd ring: one edge dropped
 
 
+@pytest.mark.slow
 def test_fast_workers_wait_for_a_fixed_straggler_longer_than_the_comm_timeout(tmp_path):
     # Rank 3 needs ~10 s for its 50 iterations, the others ~1 s: they must wait for it to
     # finish before the final evaluation's collectives, which time out after 5 s.

@@ -104,6 +104,7 @@ def test_sigkill_fails_the_run_naming_the_signal(tmp_path, algorithm):
     assert_no_survivors(tmp_path, summary["world_size"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", _params(available_algorithms(), "hang"))
 def test_hung_worker_fails_the_run_within_the_bound(tmp_path, algorithm):
     summary, took = run_with_fault(tmp_path, algorithm, "hang@3:10")
@@ -134,6 +135,7 @@ def _training_run(out: Path):
     return _wait_for(ready, 90, "training to start")
 
 
+@pytest.mark.slow
 def test_external_sigkill_of_a_worker(tmp_path, bench_cmd, cli_env):
     out = tmp_path / "out"
     proc = subprocess.Popen(
@@ -153,6 +155,7 @@ def test_external_sigkill_of_a_worker(tmp_path, bench_cmd, cli_env):
     assert_no_survivors(run_dir, 4)
 
 
+@pytest.mark.slow
 def test_ctrl_c_marks_the_run_interrupted_and_leaves_nothing(tmp_path, bench_cmd, cli_env):
     out = tmp_path / "out"
     matrix = tmp_path / "m.toml"
@@ -175,6 +178,7 @@ def test_ctrl_c_marks_the_run_interrupted_and_leaves_nothing(tmp_path, bench_cmd
     assert_no_survivors(run_dir, 2)
 
 
+@pytest.mark.slow
 def test_killed_group_generator_fails_prague_smart_with_that_cause(tmp_path, bench_cmd, cli_env):
     out = tmp_path / "out"
     matrix = tmp_path / "m.toml"

@@ -154,6 +154,7 @@ def test_bad_options_fail_before_any_process_starts(options, message):
                   algorithm_options=options)
 
 
+@pytest.mark.slow
 def test_neighbours_finishing_far_apart_still_end_cleanly(tmp_path):
     # Without skipping and with a wide gap bound, worker 0 (10x slower) trails its neighbours by
     # up to 60 iterations of 200 ms: longer than the 5 s comm timeout, which must not fire.

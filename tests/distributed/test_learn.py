@@ -78,6 +78,7 @@ def test_learned_all_reduce_is_single_process_sgd_on_the_union_of_the_minibatche
         np.testing.assert_allclose(learned, reference, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_report_labels_learned_simulations(tmp_path, bench):
     out = tmp_path / "sim"
     ran = bench("sim", "--learn", "--algorithms", "allreduce,dpsgd", "--workloads", "mlp-digits",
@@ -212,6 +213,7 @@ def test_learned_allreduce_backup_without_backups_is_all_reduce(tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["ps-async", "allreduce-backup", "adpsgd"])
 def test_asynchronous_learning_does_not_depend_on_how_gradients_are_batched(tmp_path,
                                                                            algorithm):
@@ -338,6 +340,7 @@ def test_a_lockstep_protocol_learns_the_same_when_played_event_by_event(tmp_path
     assert events.summary["train_wall_s"] != lockstep.summary["train_wall_s"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm, options", [
     ("ps-async", {}), ("allreduce-backup", {"backup_workers": 1}),
     ("prague-smart", {"group_size": 2})])

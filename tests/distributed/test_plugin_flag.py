@@ -4,6 +4,8 @@ real CLI (issue 55)."""
 
 import json
 
+import pytest
+
 from tests.helpers import QUARTER_MINUTE_CASES, skip_unless_today
 
 #: An uninstalled plugin with both halves: all-reduce of gradients, and its simulated protocol.
@@ -79,6 +81,7 @@ def _loaded_on_every_rank(run_dir, workers=2):
         assert len(lines) == 12 and all(json.loads(line)["loose"] == rank for line in lines)
 
 
+@pytest.mark.slow
 def test_plugin_flag_runs_an_uninstalled_plugin_and_reruns_it_when_its_source_changes(
         tmp_path, bench, cli_env, monkeypatch):
     plugin, env, out = _plugin(tmp_path), _env(cli_env), tmp_path / "out"

@@ -9,6 +9,7 @@ import csv
 import os
 
 import numpy as np
+import pytest
 
 from tests.distributed.test_template_and_plugins import _install_plugin
 from tests.helpers import QUARTER_MINUTE_CASES, final_models, skip_unless_today
@@ -136,6 +137,7 @@ def test_a_hybrid_plugin_is_attributed_at_every_step_and_reported(tmp_path, benc
     assert on_straggler.get("3", 0.0) > 0.05, rows
 
 
+@pytest.mark.slow
 def test_a_report_of_hop_alone_ends_well(tmp_path, bench, cli_env):
     matrix = tmp_path / "hop.toml"
     matrix.write_text('name = "hop-only"\nalgorithms = ["hop"]\nworkloads = ["svm"]\n'

@@ -83,6 +83,7 @@ def _logged_pids(run_dir) -> list[int]:
 SLOW_PAIRS = ["SIGHUP-prague-smart", "SIGTERM-hop"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sig", "algorithm"), [
     pytest.param(signal.SIGTERM, "prague-smart", id="SIGTERM-prague-smart"),
     pytest.param(signal.SIGHUP, "hop", id="SIGHUP-hop"),

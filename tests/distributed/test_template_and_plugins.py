@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from tests.helpers import QUARTER_MINUTE_CASES, final_models, run_config, skip_unless_today
 
@@ -66,6 +67,7 @@ def _install_plugin(tmp_path, source: str, entry: str, cli_env) -> dict:
     return {**cli_env, "PYTHONPATH": str(site)}
 
 
+@pytest.mark.slow
 def test_entry_point_plugin_is_listed_and_runs(tmp_path, bench, cli_env):
     env = _install_plugin(tmp_path, PLUGIN, "scaled-allreduce = my_plugin:ScaledAllReduce",
                           cli_env)
@@ -131,6 +133,7 @@ class OldStyle(Algorithm):
 '''
 
 
+@pytest.mark.slow
 def test_a_plugin_on_the_previous_paths_runs_and_is_told_the_new_import(tmp_path, bench,
                                                                          cli_env):
     env = _install_plugin(tmp_path, OLD_STYLE, "old-style = my_plugin:OldStyle", cli_env)
@@ -171,6 +174,7 @@ class LazySGD(LocalSGD):
 '''
 
 
+@pytest.mark.slow
 def test_a_plugin_that_does_not_synchronize_is_flagged_in_every_report_file(tmp_path, bench,
                                                                             cli_env):
     env = _install_plugin(tmp_path, LAZY, "lazy-sgd = my_plugin:LazySGD", cli_env)
@@ -220,6 +224,7 @@ class PairSGD(Algorithm):
 '''
 
 
+@pytest.mark.slow
 def test_a_plugin_averaging_with_a_new_partner_each_step_runs_under_a_straggler(
         tmp_path, bench, cli_env):
     # average_ over a set that had no group at setup used to go through torch's new_group,

@@ -20,6 +20,7 @@ def _target_record(run_dir):
 
 # Times two runs against each other on 2 shared cores: a burst of outside load can skew one,
 # so it runs again, up to twice, with the same assertion (pytest-rerunfailures).
+@pytest.mark.slow
 @pytest.mark.flaky(reruns=2, reruns_delay=2)
 def test_twice_the_pacing_takes_twice_as_long_to_the_target(tmp_path):
     skip_unless_today("twice-the-pacing", QUARTER_MINUTE_CASES, per_day=2)
@@ -53,6 +54,7 @@ def test_twice_the_pacing_takes_twice_as_long_to_the_target(tmp_path):
 # The models at each evaluation tick are the ones the workers had at that moment; under
 # outside load a tick can fall between the two workers' ends of one step (their models then
 # differ by that step), so it runs again, up to twice, with the same assertion.
+@pytest.mark.slow
 @pytest.mark.flaky(reruns=2, reruns_delay=2)
 def test_a_batch_norm_model_is_scored_with_the_workers_averaged_statistics(tmp_path):
     # VGG-16's CIFAR form (batch norm) on the digits. Evaluation averages each worker's running

@@ -215,6 +215,7 @@ def test_reproduce_convergence_covers_its_figures_and_is_not_emulated(bench):
     assert "pick one" in both.stderr
 
 
+@pytest.mark.slow
 def test_cli_compare_and_report_on_fixtures(results, bench):
     compared = bench("compare", str(results), "--target",
                          "accuracy:0.6")

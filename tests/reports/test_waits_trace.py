@@ -55,6 +55,7 @@ def simulated(tmp_path_factory, bench_cmd, cli_env) -> dict[str, Path]:
     return runs
 
 
+@pytest.mark.slow
 def test_allreduce_waiting_is_attributed_to_the_deterministic_straggler(real_allreduce):
     waits = run_waits(real_allreduce)
     assert waits.rule == "all" and waits.slowed() == {STRAGGLER}
@@ -190,6 +191,7 @@ def test_local_steps_wait_for_nobody(simulated):
     assert waits.per_step and set(waits.per_step) <= averaging
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("topology", ["ring", "one-peer-exponential"])
 def test_real_gossip_waits_are_pinned_on_the_peers_each_step_met(tmp_path, bench, topology):
     """sgp and D-PSGD on a time-varying graph: each step's peers are the ranks its Comm
@@ -276,6 +278,7 @@ def real_runs(tmp_path_factory, bench_cmd, cli_env) -> dict[str, Path]:
             for run in out.iterdir() if run.is_dir() and not run.name.startswith(".")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", sorted(REAL_RULES))
 def test_every_built_in_shape_of_waiting_is_attributed(real_runs, algorithm):
     """Each rule pins waits only where its algorithm's protocol makes a worker wait: hop on
@@ -310,6 +313,7 @@ def test_every_built_in_shape_of_waiting_is_attributed(real_runs, algorithm):
 PRAGUE_FACTOR = 20
 
 
+@pytest.mark.slow
 def test_prague_smart_group_waits_on_the_straggler_in_real_runs(tmp_path, bench):
     """The group rule on real P-Reduces: in the groups that held the straggler, the others'
     logged waits are attributed to it, and it is the worker most waited on.

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "overhead_variants.py"
 
@@ -15,6 +17,7 @@ def _variants(tmp_path, *names):
                           capture_output=True, text=True, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_every_part_is_taken_out_of_a_copy_that_still_imports(tmp_path):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:

@@ -554,6 +554,7 @@ print(json.dumps([got.numel, list(got.bucket_bytes), "torchvision" in sys.module
 """
 
 
+@pytest.mark.slow
 def test_a_layout_built_once_is_read_from_the_cache_without_torchvision(tmp_path):
     import os
     import subprocess

@@ -79,6 +79,7 @@ def test_a_bad_timing_table_is_one_clear_error(fields, message):
     assert message in str(caught.value)
 
 
+@pytest.mark.slow
 def test_bench_sim_takes_timing_from_a_matrix_and_the_report_says_whose_numbers_are_whose(
         tmp_path, bench):
     matrix = tmp_path / "m.toml"
