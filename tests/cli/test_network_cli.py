@@ -4,6 +4,8 @@ dilation is obviously too small for the host."""
 import json
 import subprocess
 
+import pytest
+
 from hetbench.network.model import dilation_warning
 
 
@@ -11,6 +13,7 @@ def bench(*args):
     return subprocess.run([".venv/bin/bench", *args], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_too_small_a_dilation_is_warned_about_before_anything_runs(tmp_path):
     common = ["run", "--algorithms", "allreduce", "--workloads", "mlp-digits", "--workers", "16",
               "--pace-ms", "10", "--iterations", "20", "--network", "prague", "--dry-run",

@@ -28,6 +28,7 @@ def refusal(result) -> str:
     return line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dry_run", [True, False])
 def test_more_ranks_than_the_cores_allow_are_refused(tmp_path, bench, dry_run):
     out = tmp_path / "out"
@@ -40,6 +41,7 @@ def test_more_ranks_than_the_cores_allow_are_refused(tmp_path, bench, dry_run):
     assert result.stdout == "" and not out.exists()  # nothing listed, nothing written
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dry_run", [True, False])
 def test_ranks_that_would_exhaust_the_memory_are_refused(tmp_path, bench, dry_run):
     memory_mb = available_mb()

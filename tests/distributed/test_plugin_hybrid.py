@@ -116,6 +116,7 @@ class HybridGossipSim(Protocol):
 '''
 
 
+@pytest.mark.slow
 def test_a_hybrid_plugin_is_attributed_at_every_step_and_reported(tmp_path, bench, cli_env):
     env = _install_plugin(tmp_path, HYBRID, "hybrid-gossip = my_plugin:HybridGossip", cli_env)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [env["PYTHONPATH"],

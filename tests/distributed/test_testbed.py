@@ -218,6 +218,7 @@ def test_a_delayed_host_adds_its_delay_each_way_and_delivers_every_byte():
     assert all(not Path(f"/proc/{pid}").exists() for pid in line)
 
 
+@pytest.mark.slow
 def test_a_delay_without_a_host_or_above_ten_seconds_is_refused(bench):
     name = _bed_name()
     for flag in ("h7=10ms", "h2=11", "h2=soon"):

@@ -40,6 +40,7 @@ def refined_crossing(run_dir, value):
     return found["wall_s"], found["iteration"]
 
 
+@pytest.mark.slow
 def test_run_then_report_agrees_with_the_event_logs(tmp_path, bench):
     matrix = tmp_path / "e2e.toml"
     matrix.write_text(MATRIX)

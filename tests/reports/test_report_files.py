@@ -205,6 +205,7 @@ def test_reproduce_matrices_expand(name, quick, kind):
     assert all(c.dilation > 1 for c in configs) == emulate
 
 
+@pytest.mark.slow
 def test_reproduce_convergence_covers_its_figures_and_is_not_emulated(bench):
     listed = bench("reproduce", "prague", "--convergence", "--quick", "--dry-run")
     assert listed.returncode == 0, listed.stderr
@@ -273,6 +274,7 @@ def test_compare_says_when_a_mean_time_leaves_out_seeds_that_never_got_there():
         "unsupported: 1 seed; reached by allreduce 1 of 2 seeds")
 
 
+@pytest.mark.slow
 def test_reproduce_dry_run_lists_the_runs_and_the_published_figures_they_cover(bench, tmp_path):
     emulated = bench("reproduce", "prague", "--emulate", "--dry-run", "--out", str(tmp_path))
     assert emulated.returncode == 0, emulated.stderr

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from hetbench.reports.notes import shared_gpu_note
 
 SHARED = {"devices": ["cuda:0"] * 4, "backend": "gloo, point to point via host",
@@ -29,6 +31,7 @@ def test_no_note_without_sharing():
     assert shared_gpu_note([{"devices": float("nan")}]) is None  # a run of an older hetbench
 
 
+@pytest.mark.slow
 def test_bench_report_puts_the_note_in_report_md(results):
     """A finished run's summary edited to say its two ranks shared cuda:0 over gloo."""
     run = results / "allreduce-mlp-digits-w2-none-s1-762ae15f3d"

@@ -102,6 +102,7 @@ def test_a_second_export_replaces_the_first(exported):
     assert len(read_back(out / RUN).Scalars("train/loss")) == before
 
 
+@pytest.mark.slow
 def test_cli_exports_and_rejects_an_unknown_run(tmp_path, bench):
     out = tmp_path / "tb"
     unique_prefix = RUN[:-11]
