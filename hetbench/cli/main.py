@@ -115,17 +115,15 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
         matrix_file, algorithms=algorithms, workloads=workloads, workers=workers,
         slowdown=slowdown, iterations=iterations, seconds=seconds, seeds=seeds, pace_ms=pace_ms,
         launcher=launcher, network=network, dilation=dilation, target=target, hosts=hosts)
-    from hetbench.harness.runner import check_real_runs
+    from hetbench.harness.runner import check_runnable
 
-    check_real_runs(configs)  # here too: a dry run starts nothing, and is refused all the same
+    # Here, not only in run_matrix: a dry run starts nothing and is refused all the same.
+    # Prepared runs start on other machines: this one's capacity is not theirs.
+    check_runnable(configs, allow_oversubscribe, fit=not prepare)
     out_dir = out or Path("results") / str(spec["name"])
     check_writable(out_dir)
     for warning in _dilation_warnings(configs):
         click.echo(f"warning: {warning}", err=True)
-    if not prepare:  # prepared runs start on other machines
-        from hetbench.harness.launch.capacity import check_worlds_fit
-
-        check_worlds_fit(configs, allow_oversubscribe)
     if dry_run:
         names = variant_names_of(configs)
         for config in configs:
@@ -146,7 +144,7 @@ def run_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, s
 
         failures = run_with_progress(configs, out_dir, force,
                                      launcher_options(spec, rsh_agent),
-                                     allow_oversubscribe=allow_oversubscribe)
+                                     allow_oversubscribe=allow_oversubscribe, checked=True)
     local = [c for c in configs
              if launcher_kind(c.launcher).on_this_machine and not c.hosts and not c.network]
     if local:  # the numbers are this host's: say so where the run ends, as the report does

@@ -20,8 +20,9 @@ def variant_names_of(configs) -> dict[str, str]:
 
 def run_with_progress(configs, out_dir: Path, force: bool,
                        launcher_options: dict | None = None,
-                       allow_oversubscribe: bool = False) -> int:
-    """Runs the matrix with a progress bar; returns how many runs failed."""
+                       allow_oversubscribe: bool = False, checked: bool = False) -> int:
+    """Runs the matrix with a progress bar; returns how many runs failed. `checked`: the
+    caller has refused what cannot run (harness.runner.check_runnable)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -74,7 +75,7 @@ def run_with_progress(configs, out_dir: Path, force: bool,
             run_matrix(configs, out_dir, force=force, on_start=on_start, on_done=on_done,
                        on_progress=on_progress, on_set_aside=on_set_aside,
                        launcher_options=launcher_options,
-                       allow_oversubscribe=allow_oversubscribe)
+                       allow_oversubscribe=allow_oversubscribe, checked=checked)
         except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM or SIGHUP
             console.print(f"[yellow]interrupted[/yellow] ({escape(interrupted_cause(exc))}): "
                           "finished runs are kept; the running one is marked interrupted. "

@@ -47,9 +47,9 @@ def tune_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, 
     out_dir = out or Path("results") / f"{spec['name']}"
     check_writable(out_dir)
     click.echo(f"tuning: {ruleset.describe()}", err=True)
-    from hetbench.harness.launch.capacity import check_worlds_fit
+    from hetbench.harness.runner import check_runnable
 
-    check_worlds_fit(configs, allow_oversubscribe)
+    check_runnable(configs, allow_oversubscribe)
     if dry_run:
         names = variant_names_of(configs)
         for config, t, _ in drawn:
@@ -62,7 +62,7 @@ def tune_cmd(matrix_file, algorithms, workloads, workers, slowdown, iterations, 
         from hetbench.harness.launch import launcher_options
 
         failures = run_with_progress(configs, out_dir, force, launcher_options(spec),
-                                     allow_oversubscribe=allow_oversubscribe)
+                                     allow_oversubscribe=allow_oversubscribe, checked=True)
     _print_best(out_dir)
     if failures:
         sys.exit(1)

@@ -107,21 +107,32 @@ def check_real_runs(configs: list[RunConfig]) -> None:
                         "runs always train: drop it from the matrix for bench run")
 
 
+def check_runnable(configs: list[RunConfig], allow_oversubscribe: bool = False,
+                   fit: bool = True) -> None:
+    """Every refusal of a matrix before anything starts, one line each: what only bench sim
+    plays, and (`fit`; not for runs prepared to start elsewhere) a world that cannot fit on
+    this machine (launch.capacity). The commands call it before a dry run too, then tell
+    run_matrix it is done (`checked`)."""
+    check_real_runs(configs)
+    if fit:
+        check_worlds_fit(configs, allow_oversubscribe)
+
+
 def run_matrix(configs: list[RunConfig], out_dir: Path, force: bool = False,
                on_start: Callable[[RunConfig], None] | None = None,
                on_done: Callable[[RunOutcome], None] | None = None,
                on_progress: Callable[[int, int], None] | None = None,
                on_set_aside: Callable[[RunConfig, str], None] | None = None,
                launcher_options: dict[str, dict] | None = None,
-               allow_oversubscribe: bool = False,
+               allow_oversubscribe: bool = False, checked: bool = False,
                ) -> list[RunOutcome]:
     """Run each config not finished yet; `launcher_options`: each launcher's options by name
     (harness.launch.launcher_options). Holds `out_dir`'s writer lock throughout (the caller's,
     if it holds it already; else ResultsDirBusy when another process does). A world that
     cannot fit on this machine, or asks for what only bench sim plays, is refused before
-    anything starts (launch.capacity, check_real_runs)."""
-    check_real_runs(configs)
-    check_worlds_fit(configs, allow_oversubscribe)
+    anything starts (check_runnable), unless the caller has `checked` already."""
+    if not checked:
+        check_runnable(configs, allow_oversubscribe)
     with results_lock(out_dir, "bench run"):
         return _run_locked(configs, out_dir, force, on_start, on_done, on_progress,
                            on_set_aside, launcher_options)
