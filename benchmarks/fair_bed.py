@@ -196,6 +196,8 @@ def main() -> None:
                         emulated.setdefault(algorithm, {})[f"emulated_{transport}"] = (
                             summary["throughput"])
                         emulated[algorithm][f"fidelity_{transport}"] = summary.get("fidelity")
+                        emulated[algorithm][f"late_share_{transport}"] = round(
+                            summary["network"]["late_share"], 4)
             for algorithm in algorithms:
                 real = shaped[algorithm]
                 cell = {"hosts": hosts, "rate": rate, "algorithm": algorithm,

@@ -196,8 +196,8 @@ The simulated half (`bench sim`)
 - The fair transport (`[network] transport = "fair"`): a protocol plays it only when it sets
   `transport_ready = True`, runs its collectives through `self.after_rings(members, sizes,
   at, then, *args)` and sends every point-to-point message and posts every receive where its
-  real half does through `self.transport` (network/transport.py); otherwise `bench sim` refuses
-  it under fair.
+  real half does through `self.transport` (network/transport.py; a receive from any sender
+  passes `ANY`); otherwise `bench sim` refuses it under fair.
 - A protocol whose algorithm owns its compute sets `work(w, k, compute_s, factor)`: how much
   worker w computes in iteration k given a whole batch's compute time and its slowdown
   factor, returning (compute_s, slowdown_s, samples), decided by the same pure rule as the
@@ -276,10 +276,12 @@ from hetbench.core.waits import WAIT_RULES, WaitRule
 from hetbench.core.work import Work, split_batch
 from hetbench.core.workload import Workload, WorkloadOptions
 from hetbench.errors import UserError
+from hetbench.network.transport import ANY
 from hetbench.sim.learn import Learner
 from hetbench.sim.protocol import Meetings, MemberCaches, Partners, Protocol, SimEngine, Steps
 
 __all__ = [
+    "ANY",
     "WAIT_RULES",
     "Algorithm",
     "Comm",

@@ -252,8 +252,8 @@ class FairEmulator(Emulator):
         seq = self._collectives.get(ranks, 0)
         self._collectives[ranks] = seq + 1
         # The arrival, stamped now or when it came (a P-Reduce's, before its set-up).
-        self.client.tell_at(self.clock() if arrived is None else arrived, "ring",
-                                  list(ranks), nbytes, broadcast, seq, setup_s)
+        self.client.tell_at(self.clock() if arrived is None else arrived, "ring", list(ranks),
+                            nbytes, broadcast, seq, setup_s)
         run()
         end, modeled = self.client.ask("wait", ["ring", list(ranks), seq])
         self._until(end, modeled, "collective")

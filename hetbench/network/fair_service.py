@@ -131,7 +131,7 @@ class FairService:
                 self._forgotten.add(event)
         elif op == "bye":
             self._byes.add(request[2])
-        elif op != "hello":
+        else:
             raise ValueError(f"unknown request {op!r}")
 
     def _arrive(self, members: tuple, seq: int, nbytes: float, broadcast: bool,
@@ -247,7 +247,6 @@ class ServiceClient:
             conn = self._local.conn = Connection(sock.detach())
             with self._lock:
                 self._all.append(conn)
-            self.tell("hello", self.rank)
         return conn
 
     def tell(self, op: str, *args) -> None:

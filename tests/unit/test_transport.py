@@ -326,3 +326,19 @@ def test_a_message_inside_a_node_moves_at_the_buses_rate(tmp_path):
     # The step waits for both neighbours' models: the one across nodes takes a NIC's
     # message time, the one inside the node, on a bus half as fast, twice that.
     assert took == pytest.approx(2 * message_s, rel=0.01)
+
+
+def test_the_transports_old_path_still_imports_and_says_where_it_went():
+    """A plugin protocol written when the transport lived in hetbench.sim.transport (its ANY
+    for a receive from any sender) keeps loading for a release, told to import hetbench.api."""
+    import importlib
+
+    import hetbench.api
+    import hetbench.network.transport
+    from hetbench.core.moved import HetbenchDeprecationWarning
+
+    sys.modules.pop("hetbench.sim.transport", None)
+    with pytest.warns(HetbenchDeprecationWarning, match="hetbench.sim.transport moved"):
+        old = importlib.import_module("hetbench.sim.transport")
+    assert old.ANY == hetbench.api.ANY == hetbench.network.transport.ANY
+    assert old.Transport is hetbench.network.transport.Transport
