@@ -26,10 +26,10 @@ from typing import Any
 
 from hetbench.comm.clock import now_ns
 from hetbench.core.config import SCHEMA_VERSION, RunConfig
-from hetbench.core.metrics import sync_health, throughput, time_breakdown
+from hetbench.core.metrics import sync_health, time_breakdown
 from hetbench.core.rundir import RunDir
 from hetbench.core.store import SERVICE_CPU_FILE, read_json, read_jsonl, write_json_atomic
-from hetbench.core.waits import declared_wait_rule, wait_rule_name
+from hetbench.core.summary import SummaryInputs, summary_body
 
 
 def run_dirs(path: Path) -> list[Path]:
@@ -138,66 +138,32 @@ def step_event(run_id: str, rank: int, iteration: int, t_start_ns: int, t_end_ns
     return event
 
 
-
-
 def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
-    """Throughput, iterations and time breakdown of a finished run, from its files only."""
-    events_by_rank, torn = {}, 0
+    """Throughput, iterations and time breakdown of a finished run, from its files only
+    (core.summary.summary_body over what they hold)."""
+    events_by_rank, torn = [], 0
     for rank in range(config.workers):
         events, bad = read_events(run_dir, rank)
-        events_by_rank[rank] = events
+        events_by_rank.append(events)
         torn += bad
     evals, bad = read_jsonl(RunDir(run_dir).evaluations)
-    torn += bad
-    final = next((e for e in reversed(evals) if e.get("kind") == "final"), {})
     done = done_records(config, run_dir)
-    snapshots = [e["consensus_distance"] for e in evals
-                 if e.get("kind") == "snapshot" and e.get("consensus_distance") is not None]
-    all_events = [e for events in events_by_rank.values() for e in events]
-    t_first = min((e["t_start"] for e in all_events), default=0)
-    t_last = max((e["t_end"] for e in all_events), default=0)
-    return {
-        "throughput": throughput(events_by_rank, config.warmup_iterations),
-        "samples": sum(e["samples"] for e in all_events),
-        "iterations": sum(len(v) for v in events_by_rank.values()),
-        "iterations_per_worker": [len(events_by_rank[r]) for r in range(config.workers)],
-        "last_iteration_per_worker": [
-            events_by_rank[r][-1]["iteration"] if events_by_rank[r] else None
-            for r in range(config.workers)],
-        "train_wall_s": (t_last - t_first) / 1e9,
-        "final_test_loss": final.get("test_loss"),
-        "final_test_accuracy": final.get("test_accuracy"),
-        # Language models (the transformer workload): exp of the test loss.
-        **({"final_test_perplexity": final["test_perplexity"]}
-           if "test_perplexity" in final else {}),
-        "final_consensus_distance": final.get("consensus_distance"),
-        "mean_consensus_distance": sum(snapshots) / len(snapshots) if snapshots else None,
-        **algorithm_record(config),
-        **sync_health(all_events),
-        "averagings_after_training": averagings_after_training(done),
-        # Steps whose gradient the protocol threw away (StepInfo.discarded): no throughput.
-        "gradients_dropped": sum(1 for e in all_events if "samples_discarded" in e),
-        **config.algorithm_class().facts_record(config.algorithm_class().summary_facts(
+    all_events = [e for events in events_by_rank for e in events]
+    algorithm = config.algorithm_class()
+    return summary_body(config, SummaryInputs(
+        starts=[[e["t_start"] for e in events] for events in events_by_rank],
+        ends=[[e["t_end"] for e in events] for events in events_by_rank],
+        samples=[[e["samples"] for e in events] for events in events_by_rank],
+        last_iterations=[events[-1]["iteration"] if events else None
+                         for events in events_by_rank],
+        sync=sync_health(all_events), times=time_breakdown(all_events),
+        gradients_dropped=sum(1 for e in all_events if "samples_discarded" in e),
+        evaluations=evals, averagings_after_training=averagings_after_training(done),
+        facts=algorithm.facts_record(algorithm.summary_facts(
             config.algorithm_config(), all_events, done)),
-        "torn_lines": torn,
-        **time_breakdown(all_events),
-        "train_cpu_s": train_cpu_s(run_dir, done),
-        **network_fidelity(config, done),
-        **transport(done),
-        **traffic_per_iteration(done, events_by_rank),
-        **clock_alignment(done),
-    }
-
-
-def algorithm_record(config: RunConfig) -> dict[str, Any]:
-    """What every summary says of the run's algorithm, real or simulated: the model it
-    evaluates, the rule its waits follow, and the share of time it intends to synchronize."""
-    algorithm, options = config.algorithm_class(), config.algorithm_config()
-    return {
-        "evaluated_model": algorithm.evaluated_model_name(),
-        "wait_rule": wait_rule_name(declared_wait_rule(algorithm, options, config.workers)),
-        "sync_intended": algorithm.intended_sync_share(options, config.workers),
-    }
+        torn_lines=torn + bad, train_cpu_s=train_cpu_s(run_dir, done),
+        host={**network_fidelity(config, done), **transport(done),
+              **traffic_per_iteration(done, events_by_rank), **clock_alignment(done)}))
 
 
 #: The absolute times (ns, the run's clock) an event line may hold.
@@ -265,13 +231,13 @@ def clock_alignment(done: list[dict[str, Any] | None]) -> dict[str, Any]:
 
 
 def traffic_per_iteration(done: list[dict[str, Any] | None],
-                          events_by_rank: dict[int, list[dict]]) -> dict[str, Any]:
+                          events_by_rank: list[list[dict]]) -> dict[str, Any]:
     """What a worker's operations moved per iteration, the mean over workers (their done
     records' `traffic`; none for a run of an older hetbench): point to point, sent plus
     received, and collectives' payload, in MB (1e6 bytes). Server ranks' traffic is the
     workers' other end, not added again."""
     per_worker = []
-    for rank, events in events_by_rank.items():
+    for rank, events in enumerate(events_by_rank):
         record = done[rank] if rank < len(done) else None
         traffic = record.get("traffic") if record else None
         if traffic and events:

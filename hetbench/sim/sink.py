@@ -18,20 +18,19 @@ from typing import Any
 import numpy as np
 
 from hetbench.core.config import RunConfig
-from hetbench.core.metrics import SyncTally, throughput_of_columns
-from hetbench.core.record import (
-    HARNESS_KEYS,
-    algorithm_record,
-    encode_fields,
-    logged_peer_ranks,
-    step_event,
-)
+from hetbench.core.metrics import SyncTally
+from hetbench.core.record import HARNESS_KEYS, encode_fields, logged_peer_ranks, step_event
 from hetbench.core.rundir import RunDir
 from hetbench.core.store import jsonl_line, write_json_atomic
+from hetbench.core.summary import SummaryInputs, summary_body
 from hetbench.errors import UserError
 
 #: Events buffered per worker before they are appended to its log (bounds memory at scale).
 FLUSH_EVERY = 512
+
+
+#: The seconds of a step that the summary and workers.json total, as the sink keeps them.
+TIME_KEYS = ("compute_s", "slowdown_s", "comm_s", "wait_s")
 
 
 #: `bench sim --events`: full (every worker-iteration as a line, like a real run), workers
@@ -81,7 +80,7 @@ class EventSink:
     full events (thousands of workers: 16,384 x 200 iterations made a GB of lines) a run
     writes workers.json, one record per worker, and bench report reads that. The summary is
     computed from the arrays either way, with the same arithmetic as the harness's (a test
-    holds it equal to what launcher.summarize computes from the files).
+    holds it equal to what core.record.summarize computes from the files).
     """
 
     def __init__(self, config: RunConfig, run_dir: Path, full: bool = True,
@@ -270,42 +269,23 @@ class EventSink:
                 "t_start": starts[0] if starts else None,
                 "t_end": max(ends) if ends else None,
                 "samples": sum(self.counted[rank]),
-                **{key: math.fsum(column) for key, column in zip(
-                    ("compute_s", "slowdown_s", "comm_s", "wait_s"), self.times[rank],
-                    strict=True)},
+                **{key: math.fsum(column)
+                   for key, column in zip(TIME_KEYS, self.times[rank], strict=True)},
             })
         return records
 
     def summary(self, config: RunConfig) -> dict[str, Any]:
-        """What launcher.summarize would compute from the files written (a test holds them
-        equal), with the harness's own throughput arithmetic over the arrays kept."""
+        """What core.record.summarize would compute from the files written (a test holds them
+        equal): core.summary.summary_body over the arrays kept, never an event's dict."""
         self.settle()
-        counts = [len(starts) for starts in self.starts]
-        starts = [s[0] for s in self.starts if s]
-        ends = [max(e) for e in self.ends if e]
-        columns = [[per_rank[i] for per_rank in self.times] for i in range(4)]
-        return {
-            "throughput": throughput_of_columns(self.starts, self.ends, self.counted,
-                                                config.warmup_iterations),
-            "samples": sum(sum(c) for c in self.counted),
-            "iterations": sum(counts),
-            "iterations_per_worker": counts,
-            "last_iteration_per_worker": self.last_iteration,
-            "train_wall_s": ((max(ends) - min(starts)) / 1e9) if starts else 0.0,
-            "final_test_loss": None, "final_test_accuracy": None,
-            "final_consensus_distance": None, "mean_consensus_distance": None,
-            **self.sync.health(),
-            **algorithm_record(config),
-            "averagings_after_training": None, "gradients_dropped": self.discarded,
-            "torn_lines": 0,
-            "train_cpu_s": None,  # no process ran
-            **{key: math.fsum(itertools.chain.from_iterable(column))
-               for key, column in zip(("compute_s", "slowdown_s", "comm_s", "wait_s"),
-                                      columns, strict=True)},
-            "events": "full" if self.full else "workers",
-        }
-
-
+        return summary_body(config, SummaryInputs(
+            starts=self.starts, ends=self.ends, samples=self.counted,
+            last_iterations=self.last_iteration, sync=self.sync.health(),
+            times={key: math.fsum(itertools.chain.from_iterable(
+                       per_rank[i] for per_rank in self.times))
+                   for i, key in enumerate(TIME_KEYS)},
+            gradients_dropped=self.discarded,
+            events="full" if self.full else "workers"))
 
 
 class KeptEvents(Sequence):
