@@ -9,6 +9,7 @@ DataFrames it and `load_evals` return, never of live processes or of files read 
     plots.py      seaborn convergence plots;  timeline.py  per-worker Gantt of one run
     trace.py      timeline.json: a whole run as Chrome trace events (Perfetto)
     waits.py      who waited for whom, from the event logs;  tensorboard.py  bench export
+    sections.py   the sections report.md and report.html share, and their two renderers
     html.py       the self-contained report.html;  report.py  `bench report` (all of the above)
     compare.py    `bench compare`;  published.py + reproduce.py  `bench reproduce`
 """

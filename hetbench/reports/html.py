@@ -64,7 +64,7 @@ document.querySelectorAll("table.sortable").forEach(function (table) {
 
 @dataclass
 class Page:
-    """The report page, built section by section and rendered once."""
+    """The report page: its parts in order, rendered once (sections.render_html adds them)."""
 
     title: str
     parts: list[str] = field(default_factory=list)
@@ -72,27 +72,35 @@ class Page:
     def heading(self, text: str, level: int = 2) -> None:
         self.parts.append(f"<h{level}>{html.escape(text)}</h{level}>")
 
-    def paragraph(self, text: str, css: str = "") -> None:
-        cls = f' class="{css}"' if css else ""
-        self.parts.append(f"<p{cls}>{html.escape(text)}</p>")
-
-    def bullets(self, items: list[str]) -> None:
-        if items:
-            self.parts.append("<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in items)
-                              + "</ul>")
-
     def help(self, text: str) -> None:
         """A section's definitions, folded: the numbers come first."""
         self.parts.append('<details class="help"><summary>How to read this</summary>'
                           f"<p>{html.escape(text)}</p></details>")
 
-    def table(self, frame: pd.DataFrame, caption: str = "") -> None:
-        """A DataFrame as a sortable HTML table in a box of its own width (pandas escapes
-        the cells)."""
-        self.parts.append(self.table_html(frame, caption))
+    def beside(self, content: str, figures: str, figures_first: bool = False) -> None:
+        """A section's content and its plots side by side (stacked when the window is
+        narrow), or whichever of the two there is; `figures_first` puts the plots on the left
+        with twice the room (the headline figure)."""
+        if content and figures:
+            left, right = (figures, content) if figures_first else (content, figures)
+            css = ' class="wide"' if figures_first else ""
+            self.parts.append(f'<div class="pair"><div{css}>{left}</div><div>{right}</div></div>')
+        elif content or figures:
+            self.parts.append(content or figures)
+
+    @staticmethod
+    def paragraph_html(text: str, css: str = "") -> str:
+        cls = f' class="{css}"' if css else ""
+        return f"<p{cls}>{html.escape(text)}</p>"
+
+    @staticmethod
+    def bullets_html(items: tuple[str, ...]) -> str:
+        return "<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>"
 
     @staticmethod
     def table_html(frame: pd.DataFrame, caption: str = "") -> str:
+        """A DataFrame as a sortable HTML table in a box of its own width (pandas escapes
+        the cells)."""
         table = frame.to_html(index=False, na_rep="", float_format=format_number,
                               border=0, escape=True, classes="sortable")
         if caption:
@@ -100,24 +108,21 @@ class Page:
                 ">", f"><caption>{html.escape(caption)}</caption>", 1)
         return f'<div class="scroll">{table}</div>'
 
-    def image(self, path: Path, alt: str) -> None:
-        """Embed a PNG as a base64 data URI, so the page is one file."""
-        self.parts.append(self.image_html(path, alt))
-
     @staticmethod
     def image_html(path: Path, alt: str, element_id: str = "") -> str:
+        """A PNG embedded as a base64 data URI, so the page is one file."""
         data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
         ident = f' id="{element_id}"' if element_id else ""
         return f'<img{ident} src="data:image/png;base64,{data}" alt="{html.escape(alt)}">'
 
-    def pair(self, left: str, right: str, wide_left: bool = False) -> None:
-        """Two blocks side by side (a plot and the table it illustrates), stacked when the
-        window is narrow; `wide_left` gives the left one twice the room."""
-        css = ' class="wide"' if wide_left else ""
-        self.parts.append(f'<div class="pair"><div{css}>{left}</div><div>{right}</div></div>')
+    @staticmethod
+    def folded_html(summary: str, content: str) -> str:
+        """Content few readers need, folded under one line."""
+        return f"<details><summary>{html.escape(summary)}</summary>{content}</details>"
 
     def render(self) -> str:
+        """The whole page; its visible title is the first part (the opening section's h1)."""
         return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
                 f"<title>{html.escape(self.title)}</title><style>{STYLE}</style></head>\n"
-                f"<body>\n<h1>{html.escape(self.title)}</h1>\n" + "\n".join(self.parts)
+                "<body>\n" + "\n".join(self.parts)
                 + f"\n<script>{SCRIPT}</script>\n</body></html>\n")

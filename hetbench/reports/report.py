@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from html import escape as html_escape
 from pathlib import Path
 
 import pandas as pd
 
 from hetbench.core.store import write_text_atomic
 from hetbench.errors import UserError
-from hetbench.reports.html import Page
 from hetbench.reports.intervals import Interval
 from hetbench.reports.latex import report_tex
 from hetbench.reports.load import Scan, load_evals, load_runs, scan_runs
@@ -26,6 +24,7 @@ from hetbench.reports.notes import (
     timing_notes,
 )
 from hetbench.reports.plots import convergence_plots, headline_plot, scaling_plots
+from hetbench.reports.sections import Section, Warnings, render_html, render_markdown
 from hetbench.reports.tables import (
     HEALTH_COLUMNS,
     KEYS,
@@ -37,7 +36,6 @@ from hetbench.reports.tables import (
     speedup_table,
     throughput_table,
     time_to_target_table,
-    to_markdown,
 )
 from hetbench.reports.targets import NOT_HELD, Target, resolve_targets
 from hetbench.reports.texts import (
@@ -76,15 +74,6 @@ CSV_COLUMNS = ["algorithm", "workload", "workers", "slowdown", "throughput",
                *HEALTH_COLUMNS, "sync_flag", "sync_note", "fidelity"]
 
 
-@dataclass(frozen=True)
-class Section:
-    """An extra section of the report (e.g. published vs measured, from `bench reproduce`)."""
-
-    heading: str
-    text: str
-    table: pd.DataFrame
-
-
 @dataclass
 class Report:
     """Everything `bench report` computes from one results directory."""
@@ -97,6 +86,7 @@ class Report:
     prague: dict[str, pd.DataFrame]
     targets: dict[str, Target]
     time_to_target: pd.DataFrame
+    #: Sections added after the tuned comparison (published vs measured, tolerance curves).
     extra: tuple[Section, ...] = ()
     #: run_id drawn in timeline.png (and traced in timeline.json), once drawn.
     timeline_of: str | None = None
@@ -260,7 +250,7 @@ def write_report(results_dir: Path, baseline: str = "allreduce",
         report.extra = tuple(extra(report))
     out = report.results_dir
     paths: dict[str, Path] = {"csv": out / "report.csv"}
-    report.extra = (*report.extra, *(Section(*part) for part in tolerance_sections(report, paths)))
+    report.extra = (*report.extra, *tolerance_sections(report, paths))
     columns = [c.format(baseline=baseline) for c in CSV_COLUMNS]
     csv = (report.throughput.reindex(columns=columns)
            .merge(target_columns(report.time_to_target, baseline), on=KEYS, how="left")
@@ -297,12 +287,11 @@ def write_report(results_dir: Path, baseline: str = "allreduce",
                              baseline)
     if headline is not None:
         paths["headline"] = headline
-    images = [p for k, p in paths.items() if k.startswith("plot") or k in ("timeline",
-                                                                           "headline")]
+    sections = report_sections(report, [path for path in paths.values() if path.suffix == ".png"])
     paths["md"] = out / "report.md"
-    write_text_atomic(paths["md"], markdown(report, images))
+    write_text_atomic(paths["md"], render_markdown(sections))
     paths["html"] = out / "report.html"
-    write_text_atomic(paths["html"], html_page(report, images).render())
+    write_text_atomic(paths["html"], render_html(sections))
     return paths
 
 
@@ -319,159 +308,67 @@ def target_columns(ttt: pd.DataFrame, baseline: str) -> pd.DataFrame:
     return ttt[[*KEYS, *columns]].rename(columns=columns)
 
 
-def markdown(report: Report, images: list[Path]) -> str:
-    """report.md: the tables, and links to the PNGs beside it."""
-    baseline, runs = report.baseline, report.runs
-    parts = [
-        f"# hetbench report: {report.results_dir}",
-        "",
-        f"{len(runs)} run(s), {len(runs) - len(report.failed)} ok, {len(report.failed)} not ok. "
-        + THROUGHPUT_TEXT.format(baseline=baseline),
-    ]
-    warnings = report.sync_warnings()
-    if warnings:
-        parts += ["", f"**{SYNC_WARNINGS_HEAD}**", "", *(f"- **{w}**" for w in warnings)]
-    lost = report.target_warnings()
-    if lost:
-        parts += ["", f"**{TARGET_WARNINGS_HEAD}**", "", *(f"- **{w}**" for w in lost)]
-    notes = report.notes()
-    if notes:
-        parts += ["", *(f"- {n}" for n in notes)]
-    headline = [path for path in images if path.stem == "headline"]
-    images = [path for path in images if path.stem != "headline"]
-    if headline:  # every algorithm against the baseline, before any table
-        parts += ["", f"![headline]({headline[0].name})"]
-    if report.tuned is not None:
-        parts += ["", "## Tuned comparison", "", TUNED_TEXT.format(baseline=baseline), "",
-                  to_markdown(report.tuned)]
-    for section in report.extra:
-        parts += ["", f"## {section.heading}", "", section.text, "", to_markdown(section.table)]
+def report_sections(report: Report, images: list[Path]) -> list[Section]:
+    """The report as both report.md and report.html show it, section by section: what a reader
+    must know first (the run count, warnings, notes), the headline (every algorithm against the
+    baseline), then each section with its definitions and plots, the run metadata last.
+    `images`: the PNGs written beside the report, each shown in the section it illustrates."""
+    baseline, runs, failed = report.baseline, report.runs, report.failed
+
+    def plots(*names: str) -> tuple[Path, ...]:
+        """The PNGs whose names start with one of `names`; each PNG has one section (an added
+        section brings its own: tolerance.png is the tolerance section's)."""
+        return tuple(path for path in images if path.stem.startswith(names))
+
+    warnings = [Warnings(head, tuple(lines)) for head, lines in (
+        (SYNC_WARNINGS_HEAD, report.sync_warnings()),
+        (TARGET_WARNINGS_HEAD, report.target_warnings())) if lines]
+    sections = [Section(f"hetbench report: {report.results_dir.name}", level=1,
+                        paragraphs=(f"{len(runs)} run(s), {len(runs) - len(failed)} ok, "
+                                    f"{len(failed)} not ok.",),
+                        warnings=tuple(warnings), bullets=tuple(report.notes()))]
+    # The headline, before any other table: what a reader came for.
+    sections.append(Section(f"Headline: each algorithm against {baseline}",
+                            THROUGHPUT_TEXT.format(baseline=baseline), images=plots("headline"),
+                            headline=True))
     speedups = speedup_table(report.time_to_target, baseline)
     if not speedups.empty:
-        parts += ["", f"## Time to target: speedup over {baseline}", "",
-                  SPEEDUP_TEXT.format(baseline=baseline), "", to_markdown(speedups)]
-    parts += ["", "## Throughput normalised to " + baseline, "", PRAGUE_TEXT.format(
-        baseline=baseline)]
-    for slowdown, block in report.flagged_blocks().items():
-        parts += ["", f"### slowdown: {slowdown}", "", to_markdown(block)]
-    parts += ["", "## Synchronization health", "", SYNC_TEXT, "", to_markdown(report.health())]
-    facts = report.facts()
-    if facts:
-        parts += ["", "## Algorithms' own facts", "", FACTS_TEXT]
-        for algorithm, table in facts.items():
-            parts += ["", f"### {algorithm}", "", to_markdown(table)]
-    if report.waits:
-        parts += ["", "## Who waited for whom", "", waits_text(report.waits), "",
-                  to_markdown(waits_summary(list(report.waits)))]
-        detail = report.waits_detail
-        if detail is not None:
-            parts += ["", f"### Run {detail.run_id}", "", WAITS_DETAIL_TEXT, "",
-                      to_markdown(detail.per_worker()), "", "![waits](waits.png)"]
-    parts += ["", "## Throughput (samples/s)", "", to_markdown(report.throughput)]
-    parts += ["", "## Time to target", "", TTT_TEXT.format(baseline=baseline), ""]
-    parts.append(to_markdown(report.time_to_target) if not report.time_to_target.empty
-                 else NO_EVALS)
-    if images:
-        parts += ["", "## Plots", ""]
-        for path in images:
-            if path.stem == "timeline":
-                parts += ["", TIMELINE_TEXT.format(run=report.timeline_of), ""]
-            parts.append(f"![{path.stem}]({path.name})")
-    if not report.failed.empty:
-        parts += ["", "## Runs not ok", "",
-                  to_markdown(report.failed[["run_id", "status", "cause"]].fillna(""))]
-    parts += ["", "## Run metadata", "", to_markdown(metadata(runs))]
-    return "\n".join(parts) + "\n"
-
-
-def html_page(report: Report, images: list[Path]) -> Page:
-    """report.html: report.md's content, laid out to read at a glance: what a reader must know
-    first (warnings, notes), then the headline (a figure of every algorithm against the
-    baseline beside its tables), then each section with its definitions folded and its plot
-    beside its table; run metadata folded at the end."""
-    page = Page(f"hetbench report: {report.results_dir.name}")
-    runs, baseline = report.runs, report.baseline
-    by_stem = {path.stem: path for path in images}
-    page.paragraph(f"{len(runs)} run(s), {len(runs) - len(report.failed)} ok, "
-                   f"{len(report.failed)} not ok.")
-    warnings = report.sync_warnings()
-    if warnings:
-        page.paragraph(SYNC_WARNINGS_HEAD, "warning")
-        page.bullets(warnings)
-    lost = report.target_warnings()
-    if lost:
-        page.paragraph(TARGET_WARNINGS_HEAD, "warning")
-        page.bullets(lost)
-    page.bullets(report.notes())
-
-    page.heading(f"Headline: each algorithm against {baseline}")
-    speedups = speedup_table(report.time_to_target, baseline)
-    tables = "".join(
-        ([Page.table_html(speedups, "time-to-target speedup")] if not speedups.empty else [])
-        + [Page.table_html(block, f"throughput / {baseline}, slowdown: {slowdown}")
-           for slowdown, block in report.flagged_blocks().items()])
-    if "headline" in by_stem:
-        page.pair(Page.image_html(by_stem["headline"], "headline", element_id="headline"),
-                  tables, wide_left=True)
-    else:
-        page.parts.append(tables)
-    page.help(THROUGHPUT_TEXT.format(baseline=baseline) + " "
-              + PRAGUE_TEXT.format(baseline=baseline)
-              + ("" if speedups.empty else " " + SPEEDUP_TEXT.format(baseline=baseline)))
-
+        sections.append(Section(f"Time to target: speedup over {baseline}",
+                                SPEEDUP_TEXT.format(baseline=baseline), speedups, headline=True))
+    sections.append(Section(f"Throughput normalised to {baseline}",
+                            PRAGUE_TEXT.format(baseline=baseline), headline=True))
+    sections += [Section(f"slowdown: {slowdown}", table=block, level=3, headline=True)
+                 for slowdown, block in report.flagged_blocks().items()]
     if report.tuned is not None:
-        page.heading("Tuned comparison")
-        page.help(TUNED_TEXT.format(baseline=baseline))
-        page.table(report.tuned)
-    for section in report.extra:
-        page.heading(section.heading)
-        page.help(section.text)
-        plot = by_stem.get("tolerance") if section.heading.startswith("Tolerance") else None
-        if plot is not None:
-            page.pair(Page.image_html(plot, section.heading), Page.table_html(section.table))
-        else:
-            page.table(section.table)
-
-    page.heading("Time to target")
-    page.help(TTT_TEXT.format(baseline=baseline))
-    convergence = [path for path in images if path.stem.startswith(("scaling", "convergence"))]
-    table = (Page.table_html(report.time_to_target) if not report.time_to_target.empty
-             else f"<p>{html_escape(NO_EVALS)}</p>")
-    if convergence:
-        page.pair(table, "".join(Page.image_html(path, path.stem) for path in convergence))
-    else:
-        page.parts.append(table)
-
-    page.heading("Synchronization health")
-    page.help(SYNC_TEXT)
-    page.table(report.health())
+        sections.append(Section("Tuned comparison", TUNED_TEXT.format(baseline=baseline),
+                                report.tuned))
+    sections += report.extra
+    ttt = report.time_to_target
+    sections.append(Section("Time to target", TTT_TEXT.format(baseline=baseline),
+                            None if ttt.empty else ttt,
+                            paragraphs=(NO_EVALS,) if ttt.empty else (),
+                            images=plots("convergence", "scaling")))
+    sections.append(Section("Synchronization health", SYNC_TEXT, report.health()))
     facts = report.facts()
     if facts:
-        page.heading("Algorithms' own facts")
-        page.help(FACTS_TEXT)
-        for algorithm, table in facts.items():
-            page.heading(algorithm, 3)
-            page.table(table)
+        sections.append(Section("Algorithms' own facts", FACTS_TEXT))
+        sections += [Section(algorithm, table=table, level=3) for algorithm, table in facts.items()]
     if report.waits:
-        page.heading("Who waited for whom")
-        page.help(waits_text(report.waits))
-        page.table(waits_summary(list(report.waits)))
+        sections.append(Section("Who waited for whom", waits_text(report.waits),
+                                waits_summary(list(report.waits))))
         detail = report.waits_detail
         if detail is not None:
-            page.heading(f"Run {detail.run_id}", 3)
-            page.help(WAITS_DETAIL_TEXT)
-            page.pair(Page.table_html(detail.per_worker()),
-                      Page.image_html(report.results_dir / "waits.png", "who waited for whom"))
-    if "timeline" in by_stem:
-        page.heading("Timeline")
-        page.help(TIMELINE_TEXT.format(run=report.timeline_of))
-        page.image(by_stem["timeline"], "timeline")
-    page.heading("Throughput (samples/s)")
-    page.table(report.throughput)
-    if not report.failed.empty:
-        page.heading("Runs not ok")
-        page.table(report.failed[["run_id", "status", "cause"]].fillna(""))
-    page.heading("Run metadata")
-    page.parts.append("<details><summary>Where and how each run was measured</summary>"
-                      + Page.table_html(metadata(runs)) + "</details>")
-    return page
+            sections.append(Section(f"Run {detail.run_id}", WAITS_DETAIL_TEXT,
+                                    detail.per_worker(), level=3, images=plots("waits")))
+    # A figure of one run, not of a table: a section of its own.
+    if plots("timeline"):
+        sections.append(Section("Timeline", TIMELINE_TEXT.format(run=report.timeline_of),
+                                images=plots("timeline")))
+    sections.append(Section("Throughput (samples/s)", table=report.throughput))
+    if not failed.empty:
+        sections.append(Section("Runs not ok",
+                                table=failed[["run_id", "status", "cause"]].fillna("")))
+    # Where and how each run was measured: for the reader who checks, so folded in report.html.
+    sections.append(Section("Run metadata", table=metadata(runs),
+                            fold="Where and how each run was measured"))
+    return sections

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from hetbench.errors import UserError
 from hetbench.reports.published import PUBLISHED, PUBLISHED_CONVERGENCE, measured_vs_published
-from hetbench.reports.report import Section, write_report
+from hetbench.reports.report import write_report
+from hetbench.reports.sections import Section
 
 #: The papers' matrices, shipped with the package (pyproject's package-data), so that
 #: `bench reproduce` runs from an installed wheel as from a checkout.

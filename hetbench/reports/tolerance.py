@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from hetbench.reports.plots import new_figure
+from hetbench.reports.sections import Section
 from hetbench.reports.tables import order_algorithms
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -125,9 +126,9 @@ def tolerance_plot(table: pd.DataFrame, path: Path, baseline: str = "allreduce")
     return path
 
 
-def tolerance_sections(report, paths: dict[str, Path]) -> list[tuple[str, str, pd.DataFrame]]:
-    """(heading, text, table) of the report's tolerance section, and tolerance.png in `paths`
-    (as a plot), when the matrix sweeps a slowdown's severity; nothing otherwise."""
+def tolerance_sections(report, paths: dict[str, Path]) -> list[Section]:
+    """The report's tolerance section (its table, tolerance.png beside it) and tolerance.png
+    in `paths` (as a plot), when the matrix sweeps a slowdown's severity; nothing otherwise."""
     baseline = report.baseline
     table = tolerance_table(report.throughput, report.time_to_target, baseline)
     if table.empty:
@@ -137,4 +138,5 @@ def tolerance_sections(report, paths: dict[str, Path]) -> list[tuple[str, str, p
     if table["time_to_target_s"].isna().all():
         table = table.drop(columns=["time_to_target_s", "ttt_vs_own_none",
                                     f"ttt_speedup_vs_{baseline}"])
-    return [("Tolerance to stragglers", TEXT.format(baseline=baseline), table)]
+    return [Section("Tolerance to stragglers", TEXT.format(baseline=baseline), table,
+                    images=(paths["plot_tolerance"],))]
