@@ -3,9 +3,10 @@ every protocol of the quick matrix, plus sgp and diloco, on test beds of one-ran
 several link rates.
 
     python benchmarks/fair_bed.py --hosts 5,8 --rates 100mbit,50mbit \
-        --out docs/results/fair-transport-bed.json [--emulate fcfs,fair]
+        --out docs/results/fair-transport-bed.json [--emulate fcfs,fair] [--queues tbf,fair]
 
-For each bed size and rate: a bed of that many hosts with every link shaped by tbf, the link
+For each bed size, rate and queue: a bed of that many hosts with every link shaped (tbf, or
+htb's classes: testbed.shape_link's `queue`), the link
 measured (testbed.measure), the link-bound matrix run for real across the hosts (torchrun, one
 rank a host), then simulated both ways on the measured link, and with --emulate run for real
 on this one host under the emulator of each transport named, on the same link. The parameter
@@ -21,6 +22,7 @@ network namespaces.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import subprocess
@@ -134,6 +136,9 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=1024,
                         help="mlp-digits' hidden units (32768: messages beyond a socket buffer)")
     parser.add_argument("--queue-ms", type=float, default=testbed.SHAPE_QUEUE_MS)
+    parser.add_argument("--queues", default="tbf",
+                        help="how the links enforce their rate, each in turn (testbed.QUEUES: "
+                             f"{', '.join(testbed.QUEUES)})")
     parser.add_argument("--emulate", default="",
                         help="transports (fcfs,fair) to also run for real on this one host "
                              "under the emulator, on the measured link (`emulated_<transport>`)")
@@ -157,26 +162,26 @@ def main() -> None:
                 path.write_text(link_bound_matrix(f"fair-bed-{hosts}", members, workers,
                                                   args.iterations, args.hidden))
                 matrices[workers] = path
-        for rate in args.rates.split(","):
+        for rate, queue in itertools.product(args.rates.split(","), args.queues.split(",")):
             testbed.down(name)
             bed = testbed.up(name, hosts=hosts, subnet="10.77.10")
             shaped = {}
             started = time.time()
             try:
                 for host in bed.hosts:
-                    testbed.shape_link(bed, host, rate, queue_ms=args.queue_ms)
+                    testbed.shape_link(bed, host, rate, queue_ms=args.queue_ms, queue=queue)
                 link = measure_link(bed)
                 for workers, matrix in matrices.items():
                     shaped.update(shaped_run(bed, hosts, matrix,
-                                             work / f"shaped-{hosts}-{rate}-{workers}"))
+                                             work / f"shaped-{hosts}-{rate}-{queue}-{workers}"))
             finally:
                 testbed.down(name)
             simulated = {}
             for transport in ("fcfs", "fair"):
                 for workers, matrix in matrices.items():
-                    path = work / f"sim-{hosts}-{rate}-{workers}-{transport}.toml"
+                    path = work / f"sim-{hosts}-{rate}-{queue}-{workers}-{transport}.toml"
                     path.write_text(matrix.read_text() + network_table(link, transport=transport))
-                    out = work / f"sim-{hosts}-{rate}-{workers}-{transport}"
+                    out = work / f"sim-{hosts}-{rate}-{queue}-{workers}-{transport}"
                     subprocess.run([sys.executable, "-m", "hetbench", "sim", str(path), "--out",
                                     str(out)], check=True, capture_output=True, cwd=ROOT)
                     for algorithm, summary in summaries(out).items():
@@ -184,11 +189,11 @@ def main() -> None:
             emulated: dict[str, dict] = {}
             for transport in filter(None, args.emulate.split(",")):
                 for workers, matrix in matrices.items():
-                    path = work / f"emu-{hosts}-{rate}-{workers}-{transport}.toml"
+                    path = work / f"emu-{hosts}-{rate}-{queue}-{workers}-{transport}.toml"
                     path.write_text(matrix.read_text().replace('bind_host = "0.0.0.0"\n', "")
                                     + network_table(link, transport=transport,
                                                     dilation=args.dilation))
-                    out = work / f"emu-{hosts}-{rate}-{workers}-{transport}"
+                    out = work / f"emu-{hosts}-{rate}-{queue}-{workers}-{transport}"
                     subprocess.run([sys.executable, "-m", "hetbench", "run", str(path),
                                     "--out", str(out)], check=True, capture_output=True,
                                    cwd=ROOT)
@@ -200,7 +205,7 @@ def main() -> None:
                             summary["network"]["late_share"], 4)
             for algorithm in algorithms:
                 real = shaped[algorithm]
-                cell = {"hosts": hosts, "rate": rate, "algorithm": algorithm,
+                cell = {"hosts": hosts, "rate": rate, "queue": queue, "algorithm": algorithm,
                         "workers": real["workers"], "status": real["status"],
                         "shaped": real["throughput"], **simulated[algorithm],
                         "cpu_busy": round(real["cpu_busy"], 3),
@@ -214,9 +219,10 @@ def main() -> None:
                     cell[f"shaped_over_emulated_{transport}"] = round(
                         cell["shaped"] / cell[f"emulated_{transport}"], 3)
                 cells.append(cell)
-                print(f"{hosts} hosts {rate} {algorithm} ({cell['workers']} workers): shaped "
-                      f"{cell['shaped']:.0f}, fcfs {cell['fcfs']:.0f}, fair {cell['fair']:.0f}"
-                      f" samples/s; shaped/fcfs {cell['shaped_over_fcfs']:.2f}, shaped/fair "
+                print(f"{hosts} hosts {rate} {queue} {algorithm} ({cell['workers']} workers): "
+                      f"shaped {cell['shaped']:.0f}, fcfs {cell['fcfs']:.0f}, fair "
+                      f"{cell['fair']:.0f} samples/s; shaped/fcfs {cell['shaped_over_fcfs']:.2f}, "
+                      f"shaped/fair "
                       f"{cell['shaped_over_fair']:.2f}; compute {cell['compute_ms']:.1f} ms, "
                       f"cpu busy {cell['cpu_busy']:.0%}"
                       + "".join(f"; shaped/emulated {t} "
@@ -224,8 +230,8 @@ def main() -> None:
                                 f"({cell[f'fidelity_{t}']} fidelity)"
                                 for t in filter(None, args.emulate.split(","))),
                       flush=True)
-            print(f"{hosts} hosts {rate}: link {link['payload_gbps'] * 1000:.1f} Mbit/s, rtt "
-                  f"{link['rtt_us']:.0f} us, {time.time() - started:.0f} s", flush=True)
+            print(f"{hosts} hosts {rate} {queue}: link {link['payload_gbps'] * 1000:.1f} Mbit/s, "
+                  f"rtt {link['rtt_us']:.0f} us, {time.time() - started:.0f} s", flush=True)
             if args.out:
                 write_json_atomic(args.out, {"command": " ".join(sys.argv), "cells": cells})
     print(f"runs kept in {work}")

@@ -52,6 +52,8 @@ FAKETIME_LIBS = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
 RATE = re.compile(r"^\d+(\.\d+)?(kbit|mbit|gbit)$")
 #: How long a shaped link's queue may grow (at its rate) before packets drop.
 SHAPE_QUEUE_MS = 50.0
+#: How a shaped link enforces its rate (shape_link).
+QUEUES = ("tbf", "fifo", "fair", "host-fair")
 
 
 def faketime_library() -> str | None:
@@ -252,15 +254,66 @@ def _start_delay_line(bed: Bed, host: str) -> None:
                      stderr=subprocess.DEVNULL, start_new_session=True)
 
 
-def shape_link(bed: Bed, host: str, rate: str, queue_ms: float = SHAPE_QUEUE_MS) -> None:
-    """Shape `host`'s link to `rate` in both directions (tbf on its eth0 and on its bridge
-    port), replacing any shaping it had. A NIC sends no faster than its rate, so the bucket
-    holds 4 KB (the smallest burst that kept the rate here; 64 KB let every message after an
-    idle spell start ~5 ms early at 100 Mbit/s); `queue_ms` of the rate is queued, beyond it
-    packets drop, as at a switch port's buffer."""
-    shape = ["tbf", "rate", rate, "burst", "4kb", "latency", f"{queue_ms:g}ms"]
-    _tc("-n", bed.namespace(host), "qdisc", "replace", "dev", "eth0", "root", *shape)
-    _tc("qdisc", "replace", "dev", bed.veth(host), "root", *shape)
+def shape_link(bed: Bed, host: str, rate: str, queue_ms: float = SHAPE_QUEUE_MS,
+               queue: str = "tbf") -> None:
+    """Shape `host`'s link to `rate` in both directions (on its eth0 and on its bridge port),
+    replacing any shaping it had. `queue_ms` of the rate is queued, beyond it packets drop, as
+    at a switch port's buffer. `queue` is how the rate is enforced (QUEUES): "tbf", one token
+    bucket of 4 KB (the smallest burst that kept the rate here; 64 KB let every message after
+    an idle spell start ~5 ms early at 100 Mbit/s) in front of one FIFO; "fifo", htb's bucket
+    in front of one FIFO; "fair", htb with a FIFO for each peer host, served round robin, so
+    that every pair of hosts moving at once gets its even share (the max-min sharing
+    `transport = "fair"` models); "host-fair", "fair" on the host's sending side and "fifo"
+    into it: a host that queues per flow (fq_codel, a NIC queue per flow) behind a switch
+    port's FIFO. This kernel has no fq_codel or sfq, so htb's classes stand in for them."""
+    if queue not in QUEUES:
+        raise UserError(f"unknown link queue {queue!r}: choose from {', '.join(QUEUES)}")
+    # Out of the host on its eth0 (a peer is a destination), into it on its bridge port (a
+    # peer is a source).
+    sides = ((("-n", bed.namespace(host)), "eth0", "dst"), ((), bed.veth(host), "src"))
+    for where, device, peer_is in sides:
+        if queue == "tbf":
+            _tc(*where, "qdisc", "replace", "dev", device, "root", "tbf", "rate", rate,
+                "burst", "4kb", "latency", f"{queue_ms:g}ms")
+            continue
+        per_peer = queue == "fair" or (queue == "host-fair" and peer_is == "dst")
+        _shape_htb(where, device, rate, queue_ms,
+                   {p: a for p, a in bed.hosts.items() if p != host} if per_peer else {},
+                   peer_is)
+
+
+def _shape_htb(where: tuple[str, ...], device: str, rate: str, queue_ms: float,
+               peers: dict[str, str], peer_is: str) -> None:
+    """htb at `rate` on `device`: one FIFO class, or with `peers` (host -> address) a class
+    per peer besides the default one (everything else), each guaranteed an even part of the
+    rate and allowed all of it, so the classes with packets share the rate round robin, a
+    packet at a time (quantum: one full frame)."""
+    bits = _rate_bits(rate)
+    limit = f"{max(int(bits / 8 * queue_ms / 1000), 16_000)}"  # bytes, as tbf's latency
+    frame = ["quantum", "1514"]
+    bucket = ["burst", "4kb", "cburst", "4kb"]
+    subprocess.run(["tc", *where, "qdisc", "del", "dev", device, "root"], capture_output=True)
+    _tc(*where, "qdisc", "add", "dev", device, "root", "handle", "1:", "htb", "default", "ff")
+    _tc(*where, "class", "add", "dev", device, "parent", "1:", "classid", "1:1", "htb",
+        "rate", rate, "ceil", rate, *bucket, *frame)
+    even = f"{max(int(bits / (len(peers) + 1)), 8000)}bit"
+    for i, (_, address) in enumerate([*peers.items(), (None, None)]):
+        classid = "1:ff" if address is None else f"1:{i + 10:x}"
+        _tc(*where, "class", "add", "dev", device, "parent", "1:1", "classid", classid, "htb",
+            "rate", even, "ceil", rate, *bucket, *frame)
+        _tc(*where, "qdisc", "add", "dev", device, "parent", classid, "bfifo", "limit", limit)
+        if address is not None:
+            _tc(*where, "filter", "add", "dev", device, "parent", "1:", "protocol", "ip",
+                "prio", "1", "u32", "match", "ip", peer_is, f"{address}/32", "flowid", classid)
+
+
+def _rate_bits(rate: str) -> float:
+    """Bits per second of a RATE string ("100mbit")."""
+    match = RATE.match(rate)
+    if match is None:
+        raise UserError(f"bad link rate {rate!r}: a number and kbit, mbit or gbit")
+    unit = match.group(2)
+    return float(rate[:-len(unit)]) * {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[unit]
 
 
 def _write_state(bed: Bed) -> None:

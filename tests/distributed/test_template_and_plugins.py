@@ -401,8 +401,8 @@ class HypercubeSim(Protocol):
         start = self.engine.now
         end = self.net.ring((w, other), self.model_bytes, start, self.engine.active)
         for x in (w, other):
-            self.engine.end_step(x, end, start - self.arrived.pop(x),
-                                 {"peer_ranks": [w + other - x]}, peers=1, staleness=0.0)
+            self.engine.end_step(x, end, start - self.arrived.pop(x), peers=1, staleness=0.0,
+                                 peer_ranks=[w + other - x])
 '''
 
 

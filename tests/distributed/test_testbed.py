@@ -90,6 +90,57 @@ def test_a_shaped_host_gets_its_rate_and_the_others_do_not(bed):
     assert free > 3 * shaped, (free, shaped)
 
 
+#: Sends nbytes to each address given, over one connection each, all at once.
+SOURCES = """
+import socket, sys, threading
+nbytes = int(sys.argv[1])
+conns = [socket.create_connection((host, 5555), timeout=20) for host in sys.argv[2:]]
+sends = [threading.Thread(target=c.sendall, args=(b"x" * nbytes,)) for c in conns]
+for t in sends: t.start()
+for t in sends: t.join()
+for c in conns: c.close()
+"""
+
+
+def test_a_fair_queue_gives_each_peer_its_class_and_an_even_share(bed):
+    """queue = "fair": h1's traffic to each peer goes through that peer's class, and two
+    flows out of h1 at once move at the same rate (the max-min sharing the fair transport
+    models), each about half of the link."""
+    testbed.shape_link(bed, "h1", "40mbit", queue="fair")
+    nbytes = 3 << 20
+    sinks = {host: bed.popen(host, [sys.executable, "-c", SINK], stdout=subprocess.PIPE,
+                             text=True) for host in ("h2", "h3")}
+    try:
+        for sink in sinks.values():
+            assert sink.stdout.readline().strip() == "ready"
+        sent = bed.run("h1", [sys.executable, "-c", SOURCES, str(nbytes), "h2", "h3"],
+                       capture_output=True, text=True, timeout=60)
+        assert sent.returncode == 0, sent.stderr
+        rates = {}
+        for host, sink in sinks.items():
+            total, seconds = sink.stdout.readline().split()
+            assert int(total) == nbytes
+            rates[host] = nbytes * 8 / float(seconds) / 1e6
+    finally:
+        for sink in sinks.values():
+            sink.kill()
+            sink.wait()
+    assert 0.75 < rates["h2"] / rates["h3"] < 1.33, rates
+    assert 12 < rates["h2"] < 26 and 12 < rates["h3"] < 26, rates  # half of 40mbit each
+    classes = subprocess.run(["tc", "-n", bed.namespace("h1"), "-s", "class", "show", "dev",
+                              "eth0"], capture_output=True, text=True, check=True).stdout
+    leaves, classid = {}, None
+    for line in classes.splitlines():
+        words = line.split()
+        if words[:2] == ["class", "htb"]:
+            classid = words[2] if "parent" in words else None  # 1:1 is the root's child
+        elif words[:1] == ["Sent"] and classid is not None:
+            leaves[classid] = int(words[1])
+    # A class for each peer and one for the rest: each peer's carried its flow, nothing else.
+    assert sorted(leaves.values())[-2:] >= [nbytes, nbytes] and len(leaves) == 3, classes
+    assert leaves["1:ff"] < nbytes, classes
+
+
 def test_a_shifted_host_reads_its_clock_that_much_later(bed):
     if "h3" not in bed.clock_offsets:
         pytest.skip("libfaketime is not installed (apt-get install faketime)")
