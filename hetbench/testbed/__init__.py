@@ -13,9 +13,10 @@ host (`ip netns exec` mounts it over /etc/hosts), and each command runs in a UTS
 own whose hostname is the host's, so hostname-based rendezvous (torchrun's c10d at `h1`, gloo's
 address lookup) behave as on separate machines.
 
-- A link rate is a tbf qdisc on the host's eth0 (egress) and on its bridge port (the host's
-  ingress), with a 4 KB bucket and 50 ms of queue (shape_link): 100mbit carried 91.5-92.3
-  Mbit/s of TCP payload here.
+- A link rate is a qdisc on the host's eth0 (egress) and on its bridge port (the host's
+  ingress), with a 4 KB bucket and 50 ms of queue (shape_link): by default tbf, one FIFO;
+  shape_link's `queue` also gives htb with one FIFO, or a FIFO per peer host served round
+  robin (how the links queue moves point-to-point protocols: docs/network.md).
 - A clock offset is libfaketime (Debian's `faketime` package) preloaded into every command run on
   the host: `time.time_ns()` there reads the offset more. It also fakes CLOCK_MONOTONIC (with
   DONT_FAKE_MONOTONIC, Python's time.sleep fails: libfaketime#426), which gloo and torchrun
