@@ -58,7 +58,7 @@ def main() -> None:
     bed = testbed.up(name, hosts=args.hosts, subnet="10.77.12")
     try:
         for host in bed.hosts:
-            testbed.shape_link(bed, host, args.rate)
+            testbed.shape_link(bed, host, args.rate, queue="tbf")  # as its page measured
         before = {host: tcp_counters(bed, host) for host in bed.hosts}
         done = run_across(bed, args.hosts, matrix, work / "out")
         after = {host: tcp_counters(bed, host) for host in bed.hosts}

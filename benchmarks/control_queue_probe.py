@@ -96,7 +96,7 @@ def main() -> None:
     server_host = f"h{HOSTS}"  # the server is the last rank; torchrun gives it the last host
     try:
         for host in bed.hosts:
-            testbed.shape_link(bed, host, args.rate)
+            testbed.shape_link(bed, host, args.rate, queue="tbf")  # the FIFO it measures
         link = measure_link(bed)
         pcap = work / "server.pcap"
         capture = bed.popen(server_host, ["tcpdump", "-i", "eth0", "-s", "96", "-w", str(pcap),

@@ -136,7 +136,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=1024,
                         help="mlp-digits' hidden units (32768: messages beyond a socket buffer)")
     parser.add_argument("--queue-ms", type=float, default=testbed.SHAPE_QUEUE_MS)
-    parser.add_argument("--queues", default="tbf",
+    parser.add_argument("--queues", default=testbed.DEFAULT_QUEUE,
                         help="how the links enforce their rate, each in turn (testbed.QUEUES: "
                              f"{', '.join(testbed.QUEUES)})")
     parser.add_argument("--emulate", default="",

@@ -140,7 +140,8 @@ def main() -> None:
     bed = testbed.up("shl", hosts=HOSTS, subnet="10.79.5")
     try:
         for host in bed.hosts:
-            testbed.shape_link(bed, host, RATE, queue_ms=args.queue_ms)
+            # tbf, as its page measured.
+            testbed.shape_link(bed, host, RATE, queue_ms=args.queue_ms, queue="tbf")
             if args.no_idle_restart:
                 bed.run(host, ["sysctl", "-q", "-w", "net.ipv4.tcp_slow_start_after_idle=0"],
                         check=True)

@@ -82,6 +82,16 @@ QUARTER_MINUTE_CASES = ["hypercube-plugin", "target-flag", "tune", "plugin-simul
                         "plugin-torchrun", "sim-skip-force", "three-seed-intervals"]
 
 
+#: Slow tests that cross paths a test of every CI run crosses too (a plugin's flag, a
+#: simulation's signals and records, report fixtures): CI runs four of them a day, in turn, so
+#: that its whole run stays within 20 minutes; HETBENCH_TEST_ALL=1 runs them all.
+SLOW_VARIANT_CASES = ["sim-timing-from-a-matrix", "layout-cache", "sim-sigterm",
+                      "big-simulation-records", "hybrid-plugin-attributed",
+                      "report-of-hop-alone", "plugin-flag-uninstalled", "entry-point-plugin",
+                      "hop-neighbours-far-apart", "killed-group-generator",
+                      "adpsgd-past-comm-timeout", "compare-and-report-fixtures"]
+
+
 def cases_of_today(cases: list[str], per_day: int = 1) -> list[str]:
     """Today's `per_day` of `cases`, in turn: every case runs within len(cases) / per_day
     days."""

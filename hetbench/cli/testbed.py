@@ -9,6 +9,7 @@ import sys
 import click
 
 from hetbench.errors import UserError
+from hetbench.testbed import DEFAULT_QUEUE, QUEUES
 
 
 def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
@@ -41,7 +42,11 @@ def _seconds(value: str, what: str, host: str) -> float:
 @click.option("--hosts", default=3, show_default=True, help="Hosts h1..hN.")
 @click.option("--subnet", default="10.77.0", show_default=True, help="Their /24 (10.X.Y).")
 @click.option("--rate", multiple=True, metavar="HOST=RATE",
-              help="Shape a host's link both ways (tbf), e.g. h2=100mbit.")
+              help="Shape a host's link both ways, e.g. h2=100mbit.")
+@click.option("--queue", type=click.Choice(QUEUES), default=DEFAULT_QUEUE, show_default=True,
+              help="How shaped links queue: host-fair, a queue per peer out of a host and one "
+              "FIFO into it (a cluster host's per-flow queueing behind a switch port); fair, "
+              "a queue per peer both ways; fifo, one FIFO; tbf, one token bucket and FIFO.")
 @click.option("--clock-offset", multiple=True, metavar="HOST=SECONDS",
               help="Shift a host's clock (libfaketime), e.g. h2=+0.050.")
 @click.option("--delay", multiple=True, metavar="HOST=DELAY",
@@ -50,7 +55,7 @@ def _seconds(value: str, what: str, host: str) -> float:
 @click.option("--slurm", is_flag=True, help="Run a SLURM cluster in the bed: slurmctld and "
               "slurmdbd on h1, a slurmd per host (apt-get install munge slurmctld slurmd "
               "slurm-client slurmdbd mariadb-server).")
-def up_cmd(name: str, hosts: int, subnet: str, rate: tuple[str, ...],
+def up_cmd(name: str, hosts: int, subnet: str, rate: tuple[str, ...], queue: str,
            clock_offset: tuple[str, ...], delay: tuple[str, ...], slurm: bool) -> None:
     """Make the bed; `bench testbed down` removes it."""
     from hetbench import testbed
@@ -65,9 +70,9 @@ def up_cmd(name: str, hosts: int, subnet: str, rate: tuple[str, ...],
     delays = {host: _seconds(value, "--delay", host)
               for host, value in _pairs(delay, "--delay").items()}
     bed = testbed.up(name, hosts, subnet, _pairs(rate, "--rate"), offsets, slurm=slurm,
-                     delays=delays)
+                     delays=delays, queue=queue)
     for host, address in bed.hosts.items():
-        extra = [f"rate {bed.rates[host]}"] if host in bed.rates else []
+        extra = [f"rate {bed.rates[host]} ({bed.queue})"] if host in bed.rates else []
         if host in bed.delays:
             extra.append(f"delay {bed.delays[host] * 1e3:g} ms each way")
         if host in bed.clock_offsets:
@@ -131,7 +136,7 @@ def status_cmd(name: str) -> None:
     bed = testbed.load(name)
     for host, address in bed.hosts.items():
         click.echo(f"{host} {address} namespace {bed.namespace(host)}"
-                   + (f" rate {bed.rates[host]}" if host in bed.rates else "")
+                   + (f" rate {bed.rates[host]} ({bed.queue})" if host in bed.rates else "")
                    + (f" clock {bed.clock_offsets[host]:+g} s" if host in bed.clock_offsets
                       else "")
                    + (f" delay {bed.delays[host] * 1e3:g} ms" if host in bed.delays else ""))

@@ -53,8 +53,11 @@ FAKETIME_LIBS = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
 RATE = re.compile(r"^\d+(\.\d+)?(kbit|mbit|gbit)$")
 #: How long a shaped link's queue may grow (at its rate) before packets drop.
 SHAPE_QUEUE_MS = 50.0
-#: How a shaped link enforces its rate (shape_link).
-QUEUES = ("tbf", "fifo", "fair", "host-fair")
+#: How a shaped link enforces its rate and queues (shape_link).
+QUEUES = ("host-fair", "fifo", "fair", "tbf")
+#: A cluster's: per-flow queues out of a host, a switch port's FIFO into it; and unlike tbf,
+#: it leaves the bed's CPU to the ranks (docs/results/2026-11-28-fair-transport-bed.md).
+DEFAULT_QUEUE = "host-fair"
 
 
 def faketime_library() -> str | None:
@@ -72,6 +75,8 @@ class Bed:
     clock_offsets: dict[str, float] = field(default_factory=dict)
     #: One-way delay (seconds) added to each direction of a host's link (delay_line.py).
     delays: dict[str, float] = field(default_factory=dict)
+    #: How the shaped links queue (QUEUES, shape_link).
+    queue: str = DEFAULT_QUEUE
     #: The SLURM cluster in the bed (slurm.py), if one was started: its slurm.conf,
     #: the daemons' pids.
     slurm: dict | None = None
@@ -146,10 +151,12 @@ def check_can_make_beds() -> None:
 def up(name: str = "hbtb", hosts: int = 3, subnet: str = "10.77.0",
        rates: dict[str, str] | None = None,
        clock_offsets: dict[str, float] | None = None, slurm: bool = False,
-       delays: dict[str, float] | None = None) -> Bed:
-    """Make a bed of `hosts` hosts h1..hN at subnet.1..N, with a SLURM cluster if `slurm`
-    (slurm.py); torn down again if anything fails."""
+       delays: dict[str, float] | None = None, queue: str = DEFAULT_QUEUE) -> Bed:
+    """Make a bed of `hosts` hosts h1..hN at subnet.1..N, `rates`' links shaped with `queue`
+    (shape_link), with a SLURM cluster if `slurm` (slurm.py); torn down again if anything
+    fails."""
     check_can_make_beds()
+    _check_queue(queue)
     if slurm:
         from hetbench.testbed import slurm as slurm_cluster
 
@@ -163,7 +170,8 @@ def up(name: str = "hbtb", hosts: int = 3, subnet: str = "10.77.0",
     if not re.fullmatch(r"10\.\d{1,3}\.\d{1,3}", subnet):
         raise UserError(f"testbed: subnet {subnet!r} must be a private 10.X.Y prefix")
     bed = Bed(name, {f"h{i}": f"{subnet}.{i}" for i in range(1, hosts + 1)},
-              dict(rates or {}), dict(clock_offsets or {}), delays=dict(delays or {}))
+              dict(rates or {}), dict(clock_offsets or {}), delays=dict(delays or {}),
+              queue=queue)
     for host, rate in bed.rates.items():
         if host not in bed.hosts or not RATE.match(rate):
             raise UserError(f"testbed: --rate {host}={rate}: expected HOST=RATE with a host "
@@ -256,19 +264,22 @@ def _start_delay_line(bed: Bed, host: str) -> None:
 
 
 def shape_link(bed: Bed, host: str, rate: str, queue_ms: float = SHAPE_QUEUE_MS,
-               queue: str = "tbf") -> None:
+               queue: str | None = None) -> None:
     """Shape `host`'s link to `rate` in both directions (on its eth0 and on its bridge port),
     replacing any shaping it had. `queue_ms` of the rate is queued, beyond it packets drop, as
-    at a switch port's buffer. `queue` is how the rate is enforced (QUEUES): "tbf", one token
+    at a switch port's buffer. `queue` is how the rate is enforced (QUEUES; default the bed's):
+    "tbf", one token
     bucket of 4 KB (the smallest burst that kept the rate here; 64 KB let every message after
     an idle spell start ~5 ms early at 100 Mbit/s) in front of one FIFO; "fifo", htb's bucket
     in front of one FIFO; "fair", htb with a FIFO for each peer host, served round robin, so
     that every pair of hosts moving at once gets its even share (the max-min sharing
     `transport = "fair"` models); "host-fair", "fair" on the host's sending side and "fifo"
     into it: a host that queues per flow (fq_codel, a NIC queue per flow) behind a switch
-    port's FIFO. This kernel has no fq_codel or sfq, so htb's classes stand in for them."""
-    if queue not in QUEUES:
-        raise UserError(f"unknown link queue {queue!r}: choose from {', '.join(QUEUES)}")
+    port's FIFO. This kernel has no fq_codel or sfq, so htb's classes stand in for them.
+    tbf, the bed's first shaping, busied the bed's cores far more than htb does, so that the
+    ranks it shaped could not keep up (docs/results/2026-11-28-fair-transport-bed.md)."""
+    queue = bed.queue if queue is None else queue
+    _check_queue(queue)
     # Out of the host on its eth0 (a peer is a destination), into it on its bridge port (a
     # peer is a source).
     sides = ((("-n", bed.namespace(host)), "eth0", "dst"), ((), bed.veth(host), "src"))
@@ -281,6 +292,12 @@ def shape_link(bed: Bed, host: str, rate: str, queue_ms: float = SHAPE_QUEUE_MS,
         _shape_htb(where, device, rate, queue_ms,
                    {p: a for p, a in bed.hosts.items() if p != host} if per_peer else {},
                    peer_is)
+
+
+def _check_queue(queue: str) -> None:
+    if queue not in QUEUES:
+        raise UserError(f"testbed: unknown link queue {queue!r}; choose from "
+                        f"{', '.join(QUEUES)}")
 
 
 def _shape_htb(where: tuple[str, ...], device: str, rate: str, queue_ms: float,

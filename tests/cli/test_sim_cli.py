@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from tests.helpers import SLOW_VARIANT_CASES, skip_unless_today
+
 MATRIX = """
 name = "tiny-sim"
 algorithms = ["allreduce", "prague-smart", "hop"]
@@ -86,6 +88,7 @@ def test_sigterm_marks_the_simulation_interrupted_and_a_rerun_replaces_it(tmp_pa
                                                                           cli_env, bench):
     """bench sim stops on SIGTERM as bench run does (issue 22): the run being simulated is on
     record as interrupted, bench exits 143, and the next `bench sim` replaces it."""
+    skip_unless_today("sim-sigterm", SLOW_VARIANT_CASES, per_day=4)
     out = tmp_path / "sim"
     args = ["sim", "--algorithms", "prague-smart", "--workloads", "svm", "--workers", "512",
             "--iterations", "1500", "--pace-ms", "10", "--out", str(out)]
@@ -136,6 +139,7 @@ def test_big_simulations_keep_one_record_per_worker_and_still_report(tmp_path, b
     """Above 64 workers `bench sim` writes workers.json instead of an event line per
     worker-iteration (--events full writes them anyway); the report still has every row, says
     why it attributes no waiting, and draws no timeline rather than an empty one."""
+    skip_unless_today("big-simulation-records", SLOW_VARIANT_CASES, per_day=4)
     out = tmp_path / "sim"
     common = ["--algorithms", "allreduce,hop", "--workloads", "mlp-digits", "--workers", "128",
               "--iterations", "10", "--pace-ms", "20"]

@@ -12,7 +12,7 @@ import pytest
 
 from hetbench.core.registry import ALGORITHMS
 from hetbench.errors import UserError
-from tests.helpers import rotation_day, run_config
+from tests.helpers import SLOW_VARIANT_CASES, rotation_day, run_config, skip_unless_today
 
 #: A failure must end the whole run within this many seconds (issue: 60 s).
 BOUND_S = 60
@@ -180,6 +180,7 @@ def test_ctrl_c_marks_the_run_interrupted_and_leaves_nothing(tmp_path, bench_cmd
 
 @pytest.mark.slow
 def test_killed_group_generator_fails_prague_smart_with_that_cause(tmp_path, bench_cmd, cli_env):
+    skip_unless_today("killed-group-generator", SLOW_VARIANT_CASES, per_day=4)
     out = tmp_path / "out"
     matrix = tmp_path / "m.toml"
     matrix.write_text('algorithms = ["prague-smart"]\nworkloads = ["mlp-digits"]\n'

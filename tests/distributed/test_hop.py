@@ -12,7 +12,14 @@ from hetbench.core.config import RunConfig
 from hetbench.core.tensors import flat_params
 from hetbench.errors import UserError
 from tests.distributed.test_dpsgd import drive, make_worker
-from tests.helpers import events, final_models, on_ranks, run_config
+from tests.helpers import (
+    SLOW_VARIANT_CASES,
+    events,
+    final_models,
+    on_ranks,
+    run_config,
+    skip_unless_today,
+)
 
 #: Hop options under which it must be D-PSGD exactly.
 D_PSGD_KNOBS = {"backup_workers": 0, "staleness": 0, "skip": False}
@@ -158,6 +165,7 @@ def test_bad_options_fail_before_any_process_starts(options, message):
 def test_neighbours_finishing_far_apart_still_end_cleanly(tmp_path):
     # Without skipping and with a wide gap bound, worker 0 (10x slower) trails its neighbours by
     # up to 60 iterations of 200 ms: longer than the 5 s comm timeout, which must not fire.
+    skip_unless_today("hop-neighbours-far-apart", SLOW_VARIANT_CASES, per_day=4)
     summary = run_config(
         tmp_path, algorithm="hop", workload="mlp-digits", workers=4, iterations=60,
         pace_ms=20, slowdown="det:10@0", comm_timeout_s=5.0,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.helpers import QUARTER_MINUTE_CASES, skip_unless_today
+from tests.helpers import QUARTER_MINUTE_CASES, SLOW_VARIANT_CASES, skip_unless_today
 
 #: An uninstalled plugin with both halves: all-reduce of gradients, and its simulated protocol.
 PLUGIN = '''
@@ -84,6 +84,7 @@ def _loaded_on_every_rank(run_dir, workers=2):
 @pytest.mark.slow
 def test_plugin_flag_runs_an_uninstalled_plugin_and_reruns_it_when_its_source_changes(
         tmp_path, bench, cli_env, monkeypatch):
+    skip_unless_today("plugin-flag-uninstalled", SLOW_VARIANT_CASES, per_day=4)
     plugin, env, out = _plugin(tmp_path), _env(cli_env), tmp_path / "out"
     monkeypatch.chdir(tmp_path)  # a relative path (made absolute for the ranks)
     ran = bench("run", "--plugin", "plugins/loose_plugin.py", *RUN, "--out", out, env=env)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.distributed.test_template_and_plugins import _install_plugin
-from tests.helpers import QUARTER_MINUTE_CASES, final_models, skip_unless_today
+from tests.helpers import QUARTER_MINUTE_CASES, SLOW_VARIANT_CASES, final_models, skip_unless_today
 
 HYBRID = '''
 from dataclasses import dataclass
@@ -118,6 +118,7 @@ class HybridGossipSim(Protocol):
 
 @pytest.mark.slow
 def test_a_hybrid_plugin_is_attributed_at_every_step_and_reported(tmp_path, bench, cli_env):
+    skip_unless_today("hybrid-plugin-attributed", SLOW_VARIANT_CASES, per_day=4)
     env = _install_plugin(tmp_path, HYBRID, "hybrid-gossip = my_plugin:HybridGossip", cli_env)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [env["PYTHONPATH"],
                                                        cli_env.get("PYTHONPATH")]))
@@ -140,6 +141,7 @@ def test_a_hybrid_plugin_is_attributed_at_every_step_and_reported(tmp_path, benc
 
 @pytest.mark.slow
 def test_a_report_of_hop_alone_ends_well(tmp_path, bench, cli_env):
+    skip_unless_today("report-of-hop-alone", SLOW_VARIANT_CASES, per_day=4)
     matrix = tmp_path / "hop.toml"
     matrix.write_text('name = "hop-only"\nalgorithms = ["hop"]\nworkloads = ["svm"]\n'
                       'workers = [4]\nslowdown = ["det:5@1"]\nseeds = [1]\niterations = 16\n'

@@ -6,7 +6,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.helpers import QUARTER_MINUTE_CASES, final_models, run_config, skip_unless_today
+from tests.helpers import (
+    QUARTER_MINUTE_CASES,
+    SLOW_VARIANT_CASES,
+    final_models,
+    run_config,
+    skip_unless_today,
+)
 
 
 def test_local_sgd_with_period_1_equals_allreduce(tmp_path):
@@ -69,6 +75,7 @@ def _install_plugin(tmp_path, source: str, entry: str, cli_env) -> dict:
 
 @pytest.mark.slow
 def test_entry_point_plugin_is_listed_and_runs(tmp_path, bench, cli_env):
+    skip_unless_today("entry-point-plugin", SLOW_VARIANT_CASES, per_day=4)
     env = _install_plugin(tmp_path, PLUGIN, "scaled-allreduce = my_plugin:ScaledAllReduce",
                           cli_env)
     listed = bench("list", env=env, timeout=120)

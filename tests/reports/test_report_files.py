@@ -20,6 +20,7 @@ from hetbench.reports.report import write_report
 from hetbench.reports.reproduce import check_available, matrix_path
 from hetbench.reports.targets import Target
 from hetbench.reports.timeline import choose_run
+from tests.helpers import SLOW_VARIANT_CASES, skip_unless_today
 
 from .conftest import RESULTS
 
@@ -218,6 +219,7 @@ def test_reproduce_convergence_covers_its_figures_and_is_not_emulated(bench):
 
 @pytest.mark.slow
 def test_cli_compare_and_report_on_fixtures(results, bench):
+    skip_unless_today("compare-and-report-fixtures", SLOW_VARIANT_CASES, per_day=4)
     compared = bench("compare", str(results), "--target",
                          "accuracy:0.6")
     assert compared.returncode == 0, compared.stderr

@@ -28,6 +28,7 @@ from hetbench.sim.model import (
 )
 from hetbench.sim.run import simulate
 from hetbench.slowdown import parse_slowdown
+from tests.helpers import SLOW_VARIANT_CASES, skip_unless_today
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "results"
 NET = NetworkModel(alpha_s=1e-3, beta_bytes_per_s=1e8)
@@ -556,6 +557,7 @@ print(json.dumps([got.numel, list(got.bucket_bytes), "torchvision" in sys.module
 
 @pytest.mark.slow
 def test_a_layout_built_once_is_read_from_the_cache_without_torchvision(tmp_path):
+    skip_unless_today("layout-cache", SLOW_VARIANT_CASES, per_day=4)
     import os
     import subprocess
     import sys

@@ -11,7 +11,7 @@ from hetbench.errors import UserError
 from hetbench.sim.layout import layout
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels
 from hetbench.sim.run import simulate
-from tests.helpers import final_models
+from tests.helpers import SLOW_VARIANT_CASES, final_models, skip_unless_today
 
 MODELS = SimModels(NetworkModel(alpha_s=20e-6, beta_bytes_per_s=1.25e9), ComputeModel())
 RESNET50_H200 = {"workload": "resnet50", "batch_size": 64, "compute": "emulated",
@@ -82,6 +82,7 @@ def test_a_bad_timing_table_is_one_clear_error(fields, message):
 @pytest.mark.slow
 def test_bench_sim_takes_timing_from_a_matrix_and_the_report_says_whose_numbers_are_whose(
         tmp_path, bench):
+    skip_unless_today("sim-timing-from-a-matrix", SLOW_VARIANT_CASES, per_day=4)
     matrix = tmp_path / "m.toml"
     matrix.write_text(
         'algorithms = ["allreduce", "dpsgd"]\nworkloads = ["mlp-clusters"]\nworkers = [8]\n'
