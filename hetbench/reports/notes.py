@@ -206,16 +206,19 @@ def point_to_point_note(runs: pd.DataFrame) -> list[str]:
         which = f" ({', '.join(measured_fair)} emulated)" if measured_fair else ""
         notes.append(
             f"Played with [network] transport = \"fair\"{which} (a message moves once its "
-            "receive is posted; flows share links max-min fairly): on kernel-shaped links real "
-            f"ranks measured {SHAPED['fair']} of bench sim's throughput under it, within 10% in "
-            f"{SHAPED['fair_within_10_percent']} of {SHAPED['cells']} cells, and "
+            "receive is posted; flows share links max-min fairly): on kernel-shaped links "
+            "queued as a cluster's (a queue per peer out of each host, a FIFO into it) real "
+            f"ranks measured {SHAPED['host_fair_fair']} of bench sim's throughput under it, "
+            f"within 10% in {SHAPED['host_fair_fair_within_10_percent']} of "
+            f"{SHAPED['host_fair_cells']} cells (transport = \"fcfs\": "
+            f"{SHAPED['host_fair_fcfs_within_10_percent']}); it misses ps-sync (real ranks "
+            "faster), Hop at 50 Mbit/s and prague-smart on 8 hosts. Under one FIFO a link "
+            f"(tbf) real ranks measured {SHAPED['fair']}, within 10% in "
+            f"{SHAPED['fair_within_10_percent']} of {SHAPED['cells']}, and "
             f"{SHAPED['emulated_fair']} of the emulator's (real ranks on one host), within 10% "
-            f"in {SHAPED['emulated_fair_within_10_percent']} of {SHAPED['emulated_cells']}. "
-            "It leaves out "
-            "control messages waiting behind data in a host's queue and TCP's uneven sharing "
-            "among a server's concurrent replies, and misses Hop with a backup worker, most on "
-            f"messages beyond a socket buffer ({SHAPED['hop_large_messages']}, cause not found) "
-            f"({SHAPED['page']}).")
+            f"in {SHAPED['emulated_fair_within_10_percent']} of {SHAPED['emulated_cells']}; "
+            "Hop with a backup worker on messages beyond a socket buffer "
+            f"{SHAPED['hop_large_messages']} (cause not found) ({SHAPED['page']}).")
     return notes
 
 

@@ -52,3 +52,14 @@ def test_the_emulated_figures_are_what_the_pages_data_gives():
         assert SHAPED[f"emulated_{transport}"] == _range(over)
         assert SHAPED[f"emulated_{transport}_within_10_percent"] == sum(
             abs(r - 1) <= 0.1 for r in over)
+
+
+def test_the_cluster_queue_figures_are_what_the_pages_data_gives():
+    cells = _cells("fair-transport-bed-host-fair.json")
+    assert {c["queue"] for c in cells} == {"host-fair"}
+    assert SHAPED["host_fair_cells"] == len(cells)
+    for model in ("fcfs", "fair"):
+        over = [c["shaped"] / c[model] for c in cells]
+        assert SHAPED[f"host_fair_{model}"] == _range(over)
+        assert SHAPED[f"host_fair_{model}_within_10_percent"] == sum(
+            abs(r - 1) <= 0.1 for r in over)

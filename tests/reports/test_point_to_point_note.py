@@ -44,6 +44,7 @@ def test_a_fair_simulation_gets_the_fair_transports_caveat_alone():
                           "sim": {"network": "4 nodes x 1 workers, fair transport"}}])
     (note,) = point_to_point_note(fair)
     assert SHAPED["fair"] in note and "first come" not in note
+    assert SHAPED["host_fair_fair"] in note  # the cluster-like queue's figure, first
 
 
 def test_an_emulated_fair_run_gets_the_fair_caveat_with_the_emulators_measured_gap():
