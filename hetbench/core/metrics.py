@@ -83,9 +83,14 @@ def _sum_of_own_rates(starts: Sequence, ends: Sequence, samples: Sequence, warmu
     return total
 
 
+#: The seconds of a step that a summary totals: compute, injected slowdown, communication and
+#: waiting (real runs from their events, time_breakdown; simulated ones from the sink's arrays).
+TIME_KEYS = ("compute_s", "slowdown_s", "comm_s", "wait_s")
+
+
 def time_breakdown(events: Iterable[dict[str, Any]]) -> dict[str, float]:
     """Total seconds of compute, injected slowdown, communication and waiting."""
-    totals = {"compute_s": 0.0, "slowdown_s": 0.0, "comm_s": 0.0, "wait_s": 0.0}
+    totals = dict.fromkeys(TIME_KEYS, 0.0)
     for e in events:
         for key in totals:
             totals[key] += e.get(key, 0.0)

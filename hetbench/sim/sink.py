@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from hetbench.core.config import RunConfig
-from hetbench.core.metrics import SyncTally
+from hetbench.core.metrics import TIME_KEYS, SyncTally
 from hetbench.core.record import HARNESS_KEYS, encode_fields, logged_peer_ranks, step_event
 from hetbench.core.rundir import RunDir
 from hetbench.core.store import jsonl_line, write_json_atomic
@@ -27,10 +27,6 @@ from hetbench.errors import UserError
 
 #: Events buffered per worker before they are appended to its log (bounds memory at scale).
 FLUSH_EVERY = 512
-
-
-#: The seconds of a step that the summary and workers.json total, as the sink keeps them.
-TIME_KEYS = ("compute_s", "slowdown_s", "comm_s", "wait_s")
 
 
 #: `bench sim --events`: full (every worker-iteration as a line, like a real run), workers
