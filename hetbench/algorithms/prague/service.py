@@ -198,10 +198,15 @@ def main(argv: list[str] | None = None) -> None:
     # signal (which Linux ties to the parent's thread that started this process).
     while not stop.wait(0.5) and os.getppid() == parent:
         pass
-    # gRPC's stop can hang while an RPC is in flight (grpc/grpc#40834), and the interpreter's
-    # exit joins the server's handler threads: a Group Generator outliving a SIGKILLed bench by
-    # 10 s and more was seen in CI. So: a bounded wait, then leave without joining anything.
-    stopped = server.stop(grace=1).wait(timeout=STOP_TIMEOUT_S)
+    # gRPC's stop can hang while an RPC is in flight (grpc/grpc#40834), the call itself as well
+    # as the event it returns, and the interpreter's exit joins the server's handler threads: a
+    # Group Generator outliving a SIGKILLed bench by 10 s and more was seen in CI, also with a
+    # bounded wait on the event. So: stop on a daemon thread, wait for it a bounded time, then
+    # leave without joining anything.
+    stopping = threading.Thread(target=lambda: server.stop(grace=1).wait(), daemon=True)
+    stopping.start()
+    stopping.join(STOP_TIMEOUT_S)
+    stopped = not stopping.is_alive()
     print(f"groups generated: {generator.generated}; requests: {generator.counts}"
           + ("" if stopped else f" (gRPC's stop still running after {STOP_TIMEOUT_S:g} s)"),
           file=sys.stderr, flush=True)
