@@ -279,6 +279,34 @@ class FlowNetwork:
         if others:
             self._recompute([p for f in others for p in f.ports], others)
 
+    def start_one(self, t: float, flow_id: Hashable, ports: tuple[int, ...], nbytes: float,
+                  cap: float) -> None:
+        """start_checked for one flow with bytes to move (the transport's commonest start),
+        without the batch's lists."""
+        self._now = t
+        on_port = self._on_port
+        bound, shared = cap, 0
+        for p in ports:
+            if self._capacity[p] < bound:
+                bound = self._capacity[p]
+            if on_port[p]:
+                shared += 1
+        flow = _Flow(flow_id, self._seq, ports, nbytes, t, cap, bound)
+        self._seq += 1
+        self._flows[flow_id] = flow
+        for p in ports:
+            on_port[p][flow_id] = flow
+        if not shared:
+            self.last_recompute = 1
+            flow.rate = bound
+            flow.version = next(self._stamps)
+            self._push(flow)
+            return
+        self.last_recompute = 0
+        if not (self._pooling and shared == 1 and self._pool_at(
+                next(p for p in ports if len(on_port[p]) > 1), flow)):
+            self._recompute(ports, [flow])
+
     def finish(self, flow_id: Hashable, t: float | None = None) -> None:
         """Remove a flow (at time t if given, else at the network's time): complete, or
         cancelled with bytes left. Its ports' share goes to the flows still on them."""
@@ -367,6 +395,45 @@ class FlowNetwork:
         found.sort(key=lambda entry: entry[:2])
         return [fid for _, _, fid in found]
 
+    def take_due(self) -> list[Hashable]:
+        """due(), for a caller that finishes or extends every flow it returns at once (the
+        transport): their completion entries leave the heap here rather than going back
+        into it to be skipped as stale later."""
+        done, found, now, flows = self._done, [], self._now, self._flows
+        pop = heapq.heappop
+        while done:
+            when, seq, version, flow = done[0]
+            pool = flow.pool
+            if flows.get(flow.fid) is not flow or (
+                    flow.version if pool is None else pool.version) != version:
+                pop(done)  # stale
+            elif when <= now or flow.left_at(now) == 0.0:
+                pop(done)
+                if pool is None:
+                    found.append((when, seq, flow.fid))
+                else:
+                    found += self._pool_due(pool)
+            else:
+                break
+        if len(found) > 1:
+            found.sort(key=lambda entry: entry[:2])
+        return [fid for _, _, fid in found]
+
+    def next_time(self) -> float | None:
+        """next_completion()'s time alone."""
+        done, flows = self._done, self._flows
+        while done:
+            when, _, version, flow = done[0]
+            pool = flow.pool
+            if flows.get(flow.fid) is flow and (
+                    flow.version if pool is None else pool.version) == version:
+                now = self._now
+                if when <= now or flow.left_at(now) == 0.0:
+                    return now
+                return when
+            heapq.heappop(done)
+        return None
+
     def _pool_due(self, pool: _Pool) -> list[tuple[float, int, Hashable]]:
         """(finish time, start order, id) of a pool's members complete by now."""
         targets, out, keep, now = pool.targets, [], [], self._now
@@ -415,12 +482,13 @@ class FlowNetwork:
 
     def _push(self, flow: _Flow) -> None:
         heapq.heappush(self._done, (flow.finish_time(), flow.seq, flow.version, flow))
-        self._trim()
+        if len(self._done) > 4 * len(self._flows) + 64:
+            self._trim()
 
     def _trim(self) -> None:
         if len(self._done) > 4 * len(self._flows) + 64:
             # Mostly stale entries (rates change more often than flows complete): rebuild, so
-            # the heap stays O(flows) in size.
+            # the heap stays O(flows) in size (_push checks the same first).
             self._done = [(f.finish_time(), f.seq, f.version, f) for f in self._flows.values()
                           if f.pool is None]
             for pool in self._pools.values():

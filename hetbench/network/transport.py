@@ -65,8 +65,8 @@ class Transport:
         self._check = 0
         #: When the pending check runs (inf: none pending).
         self._check_at = float("inf")
-        #: (latency, rate, inside one node) by (src, dst), as messages ask (_link).
-        self._links: dict[tuple[int, int], tuple[float, float, bool]] = {}
+        #: _link's answers by (src, dst), as messages ask.
+        self._links: dict[tuple[int, int], tuple] = {}
         #: The inter-node link's rate, which bounds every flow between nodes.
         self._inter = cluster.config.inter_gbps * GBIT
 
@@ -75,7 +75,10 @@ class Transport:
         """A message of nbytes from src to dst, posted at `at` (>= now) on stream `key`:
         `delivered` = (fn, *args) is called when it arrives, `sent` = (fn, *args) when its
         bytes are out of src."""
-        self._later(at, self._send, src, dst, nbytes, delivered, sent, key)
+        if at > self.engine.now:
+            self.engine.at(at, self._send, src, dst, nbytes, delivered, sent, key)
+        else:
+            self._send(src, dst, nbytes, delivered, sent, key)
 
     def send_then_receive(self, src: int, dst: int, nbytes: float, delivered: tuple,
                           key: Hashable, receive_from: int, receive_key: Hashable) -> None:
@@ -89,7 +92,10 @@ class Transport:
                      at: float | None = None) -> None:
         """dst posts a receive from src (or ANY source) on stream `key` at `at` (default now):
         the first message of that stream not yet received may move."""
-        self._later(self.engine.now if at is None else at, self._receive, dst, src, key)
+        if at is not None and at > self.engine.now:
+            self.engine.at(at, self._receive, dst, src, key)
+        else:
+            self._receive(dst, src, key)
 
     def rings(self, members, sizes, at: float, done: tuple, broadcast: bool = False) -> None:
         """Ring all-reduces of each of `sizes` bytes in turn over `members` (with `broadcast`:
@@ -111,13 +117,13 @@ class Transport:
         ring = [m, 0.0, done]  # edges still moving, the ring's latency, the callback
         for i, src in enumerate(ranks):
             dst = ranks[(i + 1) % m]
-            link_s, rate, inside = self._link(src, dst)
+            link_s, rate, inside, (ports, cap, _) = self._link(src, dst)
             latency = max(latency, link_s)
             if inside:  # the node's bus: shared with nobody
                 self.engine.at(now + edge_bytes / rate, self._edge_done, ring)
-            else:
-                started.append(self._flow(((egress(src), ingress(dst)), self._inter, 0.0),
-                                          edge_bytes, None, (self._edge_done, ring), 0.0))
+            else:  # the ring adds its steps' latency at its end
+                started.append(self._flow((ports, cap, 0.0), edge_bytes, None,
+                                          (self._edge_done, ring), 0.0))
         ring[1] = steps * len(sizes) * latency
         if started:
             self.flows.start_checked(now, started)
@@ -137,56 +143,61 @@ class Transport:
     def _send(self, src, dst, nbytes, delivered, sent, key) -> None:
         matched = self.rendezvous.send(src, dst, key, nbytes, self.engine.now,
                                        (delivered, sent))
-        if matched:
-            self._start(matched)
+        if matched:  # at most one (flows.Rendezvous)
+            self._start(matched[0])
 
     def _receive(self, dst, src, key) -> None:
         matched = self.rendezvous.post_receive(dst, src, key, self.engine.now)
-        if matched:  # most receives are posted before their message is sent
-            self._start([m for m in matched if not m.eager])
+        # Most receives are posted before their message is sent; an eager message that was
+        # waiting has moved since its send.
+        if matched and not matched[0].eager:
+            self._start(matched[0])
 
-    def _start(self, matches) -> None:
-        """Each matched message's flow, from now: over both NICs between nodes (limited to
-        the inter-node link as well); inside a node, at the node's bus rate with no flow (the
+    def _start(self, m) -> None:
+        """A matched message's flow, from now: over both NICs between nodes (limited to the
+        inter-node link as well); inside a node, at the node's bus rate with no flow (the
         model does not share the bus, as it does not queue there). A message larger than the
         socket buffer returns its send once the rest fits, and its flow goes on with the
         buffer's bytes."""
-        now, started, returned = self.engine.now, [], []
-        for m in matches:
-            latency, rate, inside = self._link(m.src, m.dst)
-            delivered, sent = m.payload
-            buffered = min(m.nbytes, SOCKET_BUFFER_BYTES)
-            if inside:
-                self.engine.at(now + m.nbytes / rate + latency, *delivered)
-                if sent is not None:
-                    if m.nbytes > buffered:
-                        self.engine.at(now + (m.nbytes - buffered) / rate, *sent)
-                    else:
-                        returned.append(sent)
-                continue
-            # Between nodes the NICs are shared ports and the switch's link bounds the flow.
-            link = ((egress(m.src), ingress(m.dst)), self._inter, latency)
-            if m.nbytes > buffered:  # the send returns once the rest fits in the buffer
-                started.append(self._flow(link, m.nbytes - buffered, sent, delivered,
-                                          buffered))
-            else:
-                if sent is not None:
-                    returned.append(sent)
-                started.append(self._flow(link, m.nbytes, None, delivered, 0.0))
-        if started:
-            self.flows.start_checked(now, started)
-            self._schedule()
-        for sent in returned:
-            sent[0](*sent[1:])
+        engine = self.engine
+        now, nbytes = engine.now, m.nbytes
+        latency, rate, inside, link = self._link(m.src, m.dst)
+        delivered, sent = m.payload
+        buffered = min(nbytes, SOCKET_BUFFER_BYTES)
+        if inside:
+            engine.at(now + nbytes / rate + latency, *delivered)
+            if sent is not None:
+                if nbytes > buffered:
+                    engine.at(now + (nbytes - buffered) / rate, *sent)
+                else:
+                    sent[0](*sent[1:])
+            return
+        returned = None
+        if nbytes > buffered:  # the send returns once the rest fits in the buffer
+            fid, ports, nbytes, cap = self._flow(link, nbytes - buffered, sent, delivered,
+                                                 buffered)
+        else:
+            returned = sent
+            fid, ports, nbytes, cap = self._flow(link, nbytes, None, delivered, 0.0)
+        if nbytes > 0:
+            self.flows.start_one(now, fid, ports, nbytes, cap)
+        else:
+            self.flows.start_checked(now, [(fid, ports, nbytes, cap)])
+        self._schedule()
+        if returned is not None:
+            returned[0](*returned[1:])
 
-    def _link(self, src: int, dst: int) -> tuple[float, float, bool]:
-        """(latency, rate, inside one node) from src to dst: fixed for a run under fair (no
-        network slowdown), so looked up once per pair."""
+    def _link(self, src: int, dst: int) -> tuple[float, float, bool, tuple]:
+        """(latency, rate, inside one node, (ports, cap, latency) of its flows) from src to
+        dst: fixed for a run under fair (no network slowdown), so looked up once per pair.
+        Between nodes the NICs are shared ports and the switch's link bounds the flow."""
         link = self._links.get((src, dst))
         if link is None:
             cluster = self.cluster
-            link = self._links[(src, dst)] = (*cluster.link(src, dst),
-                                              cluster.node[src] == cluster.node[dst])
+            latency, rate = cluster.link(src, dst)
+            link = self._links[(src, dst)] = (
+                latency, rate, cluster.node[src] == cluster.node[dst],
+                ((egress(src), ingress(dst)), self._inter, latency))
         return link
 
     def _flow(self, link: tuple, nbytes: float, sent, delivered, rest: float) -> tuple:
@@ -198,15 +209,17 @@ class Transport:
     def _schedule(self) -> None:
         """A check at the next completion, unless one is pending no later (a check that finds
         nothing due, its flows slowed since, schedules the next)."""
-        following = self.flows.next_completion()
-        if following is None:
+        at = self.flows.next_time()
+        if at is None:
             return
-        at = max(following[0], self.engine.now)
+        engine = self.engine
+        if at < engine.now:
+            at = engine.now
         if at >= self._check_at:
             return
         self._check += 1
         self._check_at = at
-        self.engine.at(at, self._complete, self._check)
+        engine.at(at, self._complete, self._check)
 
     def _complete(self, check: int) -> None:
         """The flows done by now leave their ports: their senders' sends return now, and each
@@ -214,25 +227,26 @@ class Transport:
         if check != self._check:  # an earlier check was scheduled since: it ran instead
             return
         self._check_at = float("inf")
-        now = self.engine.now
-        self.flows.advance(now)
-        done = self.flows.due()
+        engine, flows, moving = self.engine, self.flows, self._moving
+        now = engine.now
+        flows.advance(now)
         finished, calls = [], []
-        for fid in done:
-            link, sent, delivered, rest = self._moving[fid]
+        for fid in flows.take_due():
+            link, sent, delivered, rest = moving[fid]
             if sent is not None:
                 calls.append(sent)
             if rest > 0:  # the buffer's bytes, after the send returned: the same flow goes on
-                self._moving[fid] = (link, None, delivered, 0.0)
-                self.flows.extend(fid, rest)
+                moving[fid] = (link, None, delivered, 0.0)
+                flows.extend(fid, rest)
                 continue
             finished.append(fid)
-            del self._moving[fid]
+            del moving[fid]
             if link[2] > 0:
-                self.engine.at(now + link[2], *delivered)
+                engine.at(now + link[2], *delivered)
             else:
                 calls.append(delivered)
-        self.flows.finish_checked(finished)
+        if finished:
+            flows.finish_checked(finished)
         self._schedule()
         for call in calls:
             call[0](*call[1:])
