@@ -205,7 +205,7 @@ def _prepare(configs, out_dir: Path, force: bool) -> None:
     plugins = (f"{PLUGINS_ENV}={shlex.quote(os.environ[PLUGINS_ENV])} "
                if os.environ.get(PLUGINS_ENV) else "")
 
-    for config, run_dir, finished in prepare_matrix(configs, out_dir, force):
+    for config, run_dir, finished in prepare_matrix(configs, out_dir, force, checked=True):
         if finished:
             click.echo(f"skip {config.label()}: already finished", err=True)
             continue

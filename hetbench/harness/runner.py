@@ -173,13 +173,16 @@ def _run_locked(configs, out_dir, force, on_start, on_done, on_progress, on_set_
     return outcomes
 
 
-def prepare_matrix(configs: list[RunConfig], out_dir: Path,
-                   force: bool = False) -> list[tuple[RunConfig, Path, bool]]:
+def prepare_matrix(configs: list[RunConfig], out_dir: Path, force: bool = False,
+                   checked: bool = False) -> list[tuple[RunConfig, Path, bool]]:
     """Run directories for torchrun / mpirun to start on several machines (multi-node):
-    (config, run_dir, already finished) per run; earlier unfinished attempts are set aside."""
+    (config, run_dir, already finished) per run; earlier unfinished attempts are set aside.
+    What only bench sim plays is refused first, unless the caller has `checked` already (as
+    run_matrix)."""
     from hetbench.harness.launch.external import prepare
 
-    check_real_runs(configs)
+    if not checked:
+        check_real_runs(configs)
     refused = [c for c in configs if launcher_kind(c.launcher).prepare_hint is None]
     if refused:
         prepare(refused[0], out_dir / refused[0].run_id)  # its one line, before any change
