@@ -1,4 +1,6 @@
-"""The event loop and the worker loop it plays (sim/run.py writes a simulated run's directory).
+"""The simulated worker loop: what the real worker loop does, played on bench sim's clock
+(sim/clock.py); sim/run.py writes a simulated run's directory, sim/sink.py its events and
+summary.
 
 Time is simulated seconds from the common start (t = 0), kept as floats and written to the event
 logs as integer nanoseconds, like a real run's clock. Each worker repeats what the real worker
@@ -12,7 +14,6 @@ waiting is whatever the protocol's rules make it.
 from __future__ import annotations
 
 import gc
-import heapq
 import math
 from array import array
 from collections.abc import Callable
@@ -23,16 +24,19 @@ from hetbench.core.config import RunConfig
 from hetbench.core.registry import ALGORITHMS
 from hetbench.errors import UserError
 from hetbench.network.transport import Transport
+from hetbench.sim.clock import Clock
 from hetbench.sim.model import SimModels, layout
 from hetbench.sim.protocol import Protocol
 from hetbench.sim.sink import EventSink
 
 
-class Engine:
-    """A heap of timed callbacks and the per-worker state of the harness's training loop."""
+class Engine(Clock):
+    """The per-worker state of the harness's training loop, on a Clock: a protocol reads the
+    time (`now`) and schedules (`at`) on the engine itself."""
 
     def __init__(self, config: RunConfig, models: SimModels, sink: EventSink | None = None,
                  lockstep: bool = True, recorded_order=None):
+        super().__init__()
         self.config = config
         #: A real run's order of the protocol's order-dependent events, which the protocol
         #: follows instead of the simulated timeline's (sim/recorded.py), or None.
@@ -66,11 +70,6 @@ class Engine:
         #: played event by event), and the end of the last complete one.
         self._ended_per_iteration: dict[int, int] = {}
         self.trained_until = 0.0
-        self.now = 0.0
-        #: Pending events: the distinct times (a heap) and, per time, its callbacks in the
-        #: order they were scheduled (see at()).
-        self._times: list[float] = []
-        self._at: dict[float, list] = {}
         self.iteration = [0] * self.n
         self.t_start = [0.0] * self.n
         #: When each worker's current gradient was ready (compute + slowdown over).
@@ -111,23 +110,7 @@ class Engine:
             raise UserError("[network] transport = \"fair\" cannot follow a real run's "
                             "recorded order yet; use transport = \"fcfs\"")
 
-    # -- the event loop ----------------------------------------------------------------------
-    def at(self, t: float, fn: Callable, *args) -> None:
-        """Call fn(*args) at simulated time t (never before now); callbacks of the same time
-        run in the order they were scheduled, those scheduled while it runs included.
-
-        The heap holds each distinct time once, its callbacks a list: workers of equal
-        compute reach their gradients, messages and meetings at the same instants, so at
-        16,384 workers thousands of events share a time, and a heap of (t, seq, ...) tuples
-        broke every tie by comparing both fields (its pops were the event path's largest
-        single cost)."""
-        events = self._at.get(t)
-        if events is None:
-            self._at[t] = [(fn, args)]
-            heapq.heappush(self._times, t)
-        else:
-            events.append((fn, args))
-
+    # -- the run ---------------------------------------------------------------------------
     def run(self) -> None:
         """Play the run to the end; RuntimeError if the protocol leaves workers waiting forever.
 
@@ -151,19 +134,15 @@ class Engine:
                 gc.enable()
 
     def _drain_heap(self) -> None:
-        times, at, pop = self._times, self._at, heapq.heappop
         learner = self.learner
-        while times:
-            t = pop(times)
-            self.now = t
-            if learner is not None and t > learner.next_tick_s:
-                # Evaluation ticks before this moment see the models as they are before it.
-                learner.evaluate_before(t, sum(self.iteration) / self.n)
-            # A list iterator also yields what is appended meanwhile: callbacks that schedule
-            # more at this same time (end_step at now goes through _end directly, not here).
-            for fn, args in at[t]:
-                fn(*args)
-            del at[t]
+        if learner is None:
+            self.drain()
+        else:
+            def evaluate(t: float) -> None:
+                if t > learner.next_tick_s:
+                    # Evaluation ticks before this moment see the models as they are before it.
+                    learner.evaluate_before(t, sum(self.iteration) / self.n)
+            self.drain(evaluate)
         stuck = [w for w in range(self.n) if not self.finished[w]]
         if stuck:
             raise RuntimeError(
