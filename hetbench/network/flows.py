@@ -247,20 +247,14 @@ class FlowNetwork:
         transport, which starts a flow for every message it moves)."""
         self.advance(t)
         self.last_recompute = 0
-        on_port, moving, capacity = self._on_port, [], self._capacity
+        on_port, moving = self._on_port, []
         for flow_id, ports, nbytes, cap in flows:
-            bound = cap
-            for p in ports:
-                if capacity[p] < bound:
-                    bound = capacity[p]
-            flow = _Flow(flow_id, self._seq, ports, nbytes, t, cap, bound)
-            self._seq += 1
-            self._flows[flow_id] = flow
+            flow = self._new_flow(flow_id, ports, nbytes, cap)
             if nbytes == 0:
                 # Nothing to move: complete at once, holding no share meanwhile, so the
                 # others' rates do not change for an instant.
                 flow.rate = 0.0
-                self._push(flow)
+                self._push(flow, flow.version)
                 continue
             for p in ports:
                 on_port[p][flow_id] = flow
@@ -269,43 +263,47 @@ class FlowNetwork:
         for flow in moving:
             if flow.pool is not None:  # a pool formed by an earlier one of the batch
                 continue
-            shared = [p for p in flow.ports if len(on_port[p]) > 1]
-            if not shared:
-                # Alone on its ports (the commonest start): no other flow's rate changes.
-                self.last_recompute += 1
-                self._set_rate(flow, flow.bound)
-            elif not (self._pooling and len(shared) == 1 and self._pool_at(shared[0], flow)):
+            if not self._placed(flow):
                 others.append(flow)
         if others:
             self._recompute([p for f in others for p in f.ports], others)
 
     def start_one(self, t: float, flow_id: Hashable, ports: tuple[int, ...], nbytes: float,
                   cap: float) -> None:
-        """start_checked for one flow with bytes to move (the transport's commonest start),
-        without the batch's lists."""
-        self._now = t
+        """start_checked for one flow with bytes to move (nbytes > 0: the transport's
+        commonest start), without the batch's lists."""
+        self.advance(t)
+        self.last_recompute = 0
+        flow = self._new_flow(flow_id, ports, nbytes, cap)
         on_port = self._on_port
-        bound, shared = cap, 0
-        for p in ports:
-            if self._capacity[p] < bound:
-                bound = self._capacity[p]
-            if on_port[p]:
-                shared += 1
-        flow = _Flow(flow_id, self._seq, ports, nbytes, t, cap, bound)
-        self._seq += 1
-        self._flows[flow_id] = flow
         for p in ports:
             on_port[p][flow_id] = flow
-        if not shared:
-            self.last_recompute = 1
-            flow.rate = bound
-            flow.version = next(self._stamps)
-            self._push(flow)
-            return
-        self.last_recompute = 0
-        if not (self._pooling and shared == 1 and self._pool_at(
-                next(p for p in ports if len(on_port[p]) > 1), flow)):
+        if not self._placed(flow):
             self._recompute(ports, [flow])
+
+    def _new_flow(self, flow_id: Hashable, ports: tuple[int, ...], nbytes: float,
+                  cap: float) -> _Flow:
+        """A flow starting now, in the network but not yet on its ports."""
+        bound, capacity = cap, self._capacity
+        for p in ports:
+            if capacity[p] < bound:
+                bound = capacity[p]
+        flow = _Flow(flow_id, self._seq, ports, nbytes, self._now, cap, bound)
+        self._seq += 1
+        self._flows[flow_id] = flow
+        return flow
+
+    def _placed(self, flow: _Flow) -> bool:
+        """Set a new flow's rate where no progressive filling is needed: alone on its ports
+        (the commonest start: no other flow's rate changes), or joining the pool of its one
+        shared port. False: its component is for _recompute."""
+        on_port = self._on_port
+        shared = [p for p in flow.ports if len(on_port[p]) > 1]
+        if not shared:
+            self.last_recompute += 1
+            self._set_rate(flow, flow.bound)
+            return True
+        return self._pooling and len(shared) == 1 and self._pool_at(shared[0], flow)
 
     def finish(self, flow_id: Hashable, t: float | None = None) -> None:
         """Remove a flow (at time t if given, else at the network's time): complete, or
@@ -372,67 +370,36 @@ class FlowNetwork:
             return
         flow.left, flow.at = left, self._now
         flow.version = next(self._stamps)  # its old completion entry is stale
-        self._push(flow)
+        self._push(flow, flow.version)
 
     def due(self) -> list[Hashable]:
         """The flows complete at the network's time (next_completion's order), for
         finish_many: flows that finish together (a server's replies) are handled at once."""
-        done, found, keep, now = self._done, [], [], self._now
+        return self.take_due(keep=True)
+
+    def take_due(self, keep: bool = False) -> list[Hashable]:
+        """due(); without `keep`, for a caller that finishes or extends every flow it returns
+        at once (the transport), their completion entries leave the heap here rather than
+        going back into it to be skipped as stale later."""
+        done, found, popped, now = self._done, [], [], self._now
         while done:
             when, seq, version, flow = done[0]
             if not self._current(flow, version):
                 heapq.heappop(done)  # stale
             elif when <= now or flow.left_at(now) == 0.0:
-                keep.append(heapq.heappop(done))
+                popped.append(heapq.heappop(done))
                 if flow.pool is None:
                     found.append((when, seq, flow.fid))
                 else:
                     found += self._pool_due(flow.pool)
             else:
                 break
-        for entry in keep:  # still valid: they leave the heap when finished
-            heapq.heappush(done, entry)
-        found.sort(key=lambda entry: entry[:2])
-        return [fid for _, _, fid in found]
-
-    def take_due(self) -> list[Hashable]:
-        """due(), for a caller that finishes or extends every flow it returns at once (the
-        transport): their completion entries leave the heap here rather than going back
-        into it to be skipped as stale later."""
-        done, found, now, flows = self._done, [], self._now, self._flows
-        pop = heapq.heappop
-        while done:
-            when, seq, version, flow = done[0]
-            pool = flow.pool
-            if flows.get(flow.fid) is not flow or (
-                    flow.version if pool is None else pool.version) != version:
-                pop(done)  # stale
-            elif when <= now or flow.left_at(now) == 0.0:
-                pop(done)
-                if pool is None:
-                    found.append((when, seq, flow.fid))
-                else:
-                    found += self._pool_due(pool)
-            else:
-                break
+        if keep:
+            for entry in popped:  # still valid: they leave the heap when finished
+                heapq.heappush(done, entry)
         if len(found) > 1:
             found.sort(key=lambda entry: entry[:2])
         return [fid for _, _, fid in found]
-
-    def next_time(self) -> float | None:
-        """next_completion()'s time alone."""
-        done, flows = self._done, self._flows
-        while done:
-            when, _, version, flow = done[0]
-            pool = flow.pool
-            if flows.get(flow.fid) is flow and (
-                    flow.version if pool is None else pool.version) == version:
-                now = self._now
-                if when <= now or flow.left_at(now) == 0.0:
-                    return now
-                return when
-            heapq.heappop(done)
-        return None
 
     def _pool_due(self, pool: _Pool) -> list[tuple[float, int, Hashable]]:
         """(finish time, start order, id) of a pool's members complete by now."""
@@ -451,14 +418,19 @@ class FlowNetwork:
         """(time, flow id) of the flow that completes first at the current rates (the earliest
         started among those completing at the same time), or None with no flow. A flow
         already complete reports the network's time."""
+        when = self.next_time()
+        return None if when is None else (when, self._done[0][3].fid)
+
+    def next_time(self) -> float | None:
+        """next_completion()'s time alone (the transport's question); its entry is then the
+        completion heap's first."""
         done = self._done
         while done:
             when, _, version, flow = done[0]
             if self._current(flow, version):
                 # Complete within tolerance (or advanced past its end): it is due now.
-                if when <= self._now or flow.left_at(self._now) == 0.0:
-                    return self._now, flow.fid
-                return when, flow.fid
+                now = self._now
+                return now if when <= now or flow.left_at(now) == 0.0 else when
             heapq.heappop(done)
         return None
 
@@ -480,20 +452,18 @@ class FlowNetwork:
         pool = flow.pool
         return (flow.version if pool is None else pool.version) == version
 
-    def _push(self, flow: _Flow) -> None:
-        heapq.heappush(self._done, (flow.finish_time(), flow.seq, flow.version, flow))
-        if len(self._done) > 4 * len(self._flows) + 64:
-            self._trim()
-
-    def _trim(self) -> None:
+    def _push(self, head: _Flow, version: int) -> None:
+        """A completion entry: a flow's, or (head, a pool's version) a pool's, whose first
+        member completes first."""
+        heapq.heappush(self._done, (head.finish_time(), head.seq, version, head))
         if len(self._done) > 4 * len(self._flows) + 64:
             # Mostly stale entries (rates change more often than flows complete): rebuild, so
-            # the heap stays O(flows) in size (_push checks the same first).
+            # the heap stays O(flows) in size.
             self._done = [(f.finish_time(), f.seq, f.version, f) for f in self._flows.values()
                           if f.pool is None]
             for pool in self._pools.values():
-                head = pool.head()
-                self._done.append((head.finish_time(), head.seq, pool.version, head))
+                first = pool.head()
+                self._done.append((first.finish_time(), first.seq, pool.version, first))
             heapq.heapify(self._done)
 
     # -- pools ------------------------------------------------------------------------------
@@ -553,9 +523,7 @@ class FlowNetwork:
     def _push_pool(self, pool: _Pool) -> None:
         """The pool's one completion entry, for its first member: older ones are stale."""
         pool.version = next(self._stamps)
-        head = pool.head()
-        heapq.heappush(self._done, (head.finish_time(), head.seq, pool.version, head))
-        self._trim()
+        self._push(pool.head(), pool.version)
 
     def _dissolve(self, pool: _Pool) -> None:
         """The pool's members become ordinary flows, at the pool's rate until recomputed."""
@@ -566,7 +534,7 @@ class FlowNetwork:
             f.pool = None
             f.at, f.rate = now, pool.rate
             f.version = next(self._stamps)
-            self._push(f)
+            self._push(f, f.version)
 
     def _component(self, ports: Iterable[int], new: list[_Flow]) -> tuple[list[_Flow],
                                                                         list[int]]:
@@ -660,7 +628,7 @@ class FlowNetwork:
             f.at = self._now
             f.rate = rate
             f.version = next(self._stamps)
-            self._push(f)
+            self._push(f, f.version)
 
 
 #: A receive's source meaning any sender (MPI's MPI_ANY_SOURCE; Hop's receiving thread).

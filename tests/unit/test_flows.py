@@ -344,21 +344,35 @@ def test_performance_2000_flows_on_1024_ports_started_and_finished_in_order():
 
 
 
-def run_schedule(net, schedule):
+def run_schedule(net, schedule, transports_calls=False):
     """Start each (t, fid, ports, nbytes, cap) at t, completing flows in order in between (the
     simulator's loop); a negative nbytes extends flow fid by -nbytes instead. Returns
-    {flow id: finish time} and the sum of last_recompute over every call."""
+    {flow id: finish time} and the sum of last_recompute over every call. With
+    `transports_calls`, through the calls network/transport.py makes (start_one, next_time,
+    take_due, finish_checked) instead of the checked public ones."""
     finished, work = {}, 0
 
     def complete_until(limit):
         nonlocal work
-        while (nxt := net.next_completion()) is not None and nxt[0] <= limit:
-            net.advance(nxt[0])
-            due = net.due()
-            assert nxt[1] in due
-            net.finish_many(due)
+        while True:
+            if transports_calls:
+                at = net.next_time()
+                if at is None or at > limit:
+                    return
+                net.advance(at)
+                due = net.take_due()
+                net.finish_checked(due)
+            else:
+                nxt = net.next_completion()
+                if nxt is None or nxt[0] > limit:
+                    return
+                at = nxt[0]
+                net.advance(at)
+                due = net.due()
+                assert nxt[1] in due
+                net.finish_many(due)
             work += net.last_recompute
-            finished.update(dict.fromkeys(due, nxt[0]))
+            finished.update(dict.fromkeys(due, at))
 
     for t, fid, ports, nbytes, cap in schedule:
         complete_until(t)
@@ -367,7 +381,10 @@ def run_schedule(net, schedule):
             if fid in net:
                 net.extend(fid, -nbytes)
             continue
-        net.start(fid, ports, nbytes, t, cap=cap)
+        if transports_calls:
+            net.start_one(t, fid, tuple(ports), nbytes, cap)
+        else:
+            net.start(fid, ports, nbytes, t, cap=cap)
         work += net.last_recompute
     complete_until(math.inf)
     return finished, work
@@ -404,6 +421,10 @@ def test_pooled_flows_finish_when_progressive_filling_says_on_random_incasts(see
     # Pools took part (under this much overlap a server's flows are often one component with
     # the rest, so the saving is modest; the pure incast below is where they pay).
     assert pooled_work < filled_work
+    # The transport's lighter calls play the same network: every finish time and every
+    # recompute the same, to the bit.
+    assert run_schedule(FlowNetwork(caps), schedule, transports_calls=True) == (pooled,
+                                                                                 pooled_work)
 
 
 def test_an_incast_joining_one_push_at_a_time_sets_one_rate_a_start_and_none_a_finish():
