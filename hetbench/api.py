@@ -188,6 +188,14 @@ The simulated half (`bench sim`)
   NIC queue other messages are in, a count of active processes that varies) or on the order
   of arrivals (pairs formed by who comes first) rule it out. The event path stays the
   reference: both must give identical results (tests/unit/test_sim_lockstep.py).
+- Synchronous patterns: a synchronous algorithm declares who meets whom at iteration k and
+  inherits the event path, the lockstep path and the fair transport's flows. `Collective`:
+  `sizes(k)`, the ring all-reduces over every worker at iteration k in bytes, or None for a
+  local step (template.py's LocalSGDSim, allreduce, diloco). `NeighbourExchange`:
+  `make_exchange()`, the real step's graph (`links(rank, k)`, `at(rank, k)` with the mixing
+  row, `rounds`, `time_varying`, and `graph` or `shifts(k)`; dpsgd.py's Exchange), each step
+  waiting for its neighbours' k-th models; `self.mixing(k)` gives `learner.mix` its rows
+  (dpsgd, sgp). The math stays in `learn`.
 - Helpers: `Partners` (the event path of a step k that waits for given partners' k-th
   gradients: neighbours, or everyone at an averaging step), `Meetings` (P-Reduce groups
   meeting on the fly; set `self.meetings` for its cache counters in the summary) and
@@ -279,16 +287,19 @@ from hetbench.errors import UserError
 from hetbench.network.transport import ANY
 from hetbench.sim.learn import Learner
 from hetbench.sim.protocol import Meetings, MemberCaches, Partners, Protocol, SimEngine, Steps
+from hetbench.sim.synchronous import Collective, NeighbourExchange
 
 __all__ = [
     "ANY",
     "WAIT_RULES",
     "Algorithm",
+    "Collective",
     "Comm",
     "CommMisuse",
     "Learner",
     "Meetings",
     "MemberCaches",
+    "NeighbourExchange",
     "NoOptions",
     "Partners",
     "Protocol",

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
 import torch
 from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
@@ -43,7 +42,7 @@ from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.options import opt
 from hetbench.core.tensors import buckets, params_of
 from hetbench.errors import UserError
-from hetbench.sim.protocol import Protocol, Steps
+from hetbench.sim.synchronous import Collective
 
 IMPLS = ("buckets", "ddp", "horovod")
 COMPRESSIONS = ("none", "powersgd")
@@ -323,11 +322,8 @@ class AllReduce(Algorithm):
 
 # -- simulated protocol (bench sim): the same rules in simulated time ------------------------
 
-class AllReduceSim(Protocol):
+class AllReduceSim(Collective):
     """Everyone waits for the last gradient, then one ring all-reduce per bucket."""
-
-    #: Its collectives run through after_rings (fair transport: as flows).
-    transport_ready = True
 
     def __init__(self, engine):
         super().__init__(engine)
@@ -336,27 +332,9 @@ class AllReduceSim(Protocol):
                             f"{self.config.compression} (its messages' sizes); simulate "
                             "compression = \"none\" or measure with bench run")
         self.buckets = engine.layout.bucket_bytes
-        self.arrived: list[int] = []
 
-    def ready(self, w):
-        self.arrived.append(w)
-        if len(self.arrived) < self.n:
-            return
-        start = self.engine.now  # events run in time order: the last arrival is now
-        arrived, self.arrived = self.arrived, []
-        self.after_rings(range(self.n), self.buckets, start, self._reduced, start, arrived)
-
-    def _reduced(self, end, start, arrived):
-        for x in arrived:
-            self.engine.end_step(x, end, start - self.engine.t_sync[x], peers=self.n - 1,
-                                 staleness=0.0)
-
-    lockstep = True
-
-    def step_all(self, k, t_sync, full):
-        start = float(t_sync.max())
-        end = self.net.rings(range(self.n), self.buckets, start, self.n)
-        return Steps(np.full(self.n, end), start - t_sync, self.n - 1)
+    def sizes(self, k):
+        return self.buckets
 
     def learn(self, k, learner):
         """The real step's math: every worker's gradient averaged over the workers, then

@@ -116,7 +116,6 @@ class DiLoCoSim(LocalSGDSim):
 
     def __init__(self, engine):
         super().__init__(engine, period=engine.config.algorithm_config().inner_steps)
-        self.outer_steps = 0
         self._outer = None
 
     def learn(self, k, learner):
@@ -135,15 +134,6 @@ class DiLoCoSim(LocalSGDSim):
         self._outer_optimizer.step()
         learner.set_flat(self._outer.unsqueeze(0).expand(self.n, -1))
 
-    def ready(self, w):
-        if (self.engine.iteration[w] + 1) % self.period == 0 and len(self.arrived) == self.n - 1:
-            self.outer_steps += 1  # w completes the round: the outer step happens
-        super().ready(w)
-
-    def step_all(self, k, t_sync, full):
-        if (k + 1) % self.period == 0:
-            self.outer_steps += 1
-        return super().step_all(k, t_sync, full)
-
     def stats(self):
-        return {"outer_steps": self.outer_steps}
+        # Each collective is a round's outer step.
+        return {"outer_steps": self.collectives}

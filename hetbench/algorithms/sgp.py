@@ -33,11 +33,12 @@ from dataclasses import dataclass, field
 import torch
 
 from hetbench.algorithms import topologies
-from hetbench.algorithms.dpsgd import DPSGDSim, Exchange
+from hetbench.algorithms.dpsgd import Exchange
 from hetbench.core.algorithm import Algorithm, StepInfo
 from hetbench.core.options import opt
 from hetbench.core.tensors import flat_params, set_flat_params
 from hetbench.errors import UserError
+from hetbench.sim.synchronous import NeighbourExchange
 
 #: Point-to-point tags of SGP's messages: the base plus the iteration modulo the cycle, so
 #: that outstanding messages between the same two workers (up to max_delay + 1) never share one.
@@ -222,7 +223,7 @@ class OSGP(SGP):
 
 # -- simulated protocols (bench sim): the same rules in simulated time -----------------------
 
-class SGPSim(DPSGDSim):
+class SGPSim(NeighbourExchange):
     """Iteration k ends one message after the iteration's in-peers' messages arrived and its
     out-peers posted their receives: D-PSGD's exchange on the exponential graph's shifts."""
 
@@ -272,7 +273,7 @@ class SGPSim(DPSGDSim):
         return cache[phase]
 
 
-class OSGPSim(DPSGDSim):
+class OSGPSim(SGPSim):
     """Iteration k of worker x waits only for messages (and its own sends' receivers) of
     iterations <= k - max_delay, then mixes in, in posting order, every message that has
     arrived by the end of its step, as the real arrival thread marks them."""
@@ -280,7 +281,6 @@ class OSGPSim(DPSGDSim):
     #: A step mixes in whatever has arrived by its end: that depends on other workers' later
     #: iterations, so OSGP is played event by event, and so is its learning.
     lockstep = False
-    transport_ready = True
     learn = None
     learns_events = True
 
@@ -306,9 +306,6 @@ class OSGPSim(DPSGDSim):
         #: iteration) arrived and not yet mixed in.
         self._outstanding: list[dict[int, int]] = [{} for _ in range(self.n)]
         self._arrived: set[tuple[int, int, int]] = set()
-
-    def make_exchange(self):
-        return Exchange(None, self.n, self.config.peers)
 
     def ready(self, w):
         # w posts iteration k's receives, then D-PSGD's wake-ups: whoever waits for w's
