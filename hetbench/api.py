@@ -191,7 +191,9 @@ The simulated half (`bench sim`)
 - Synchronous patterns: a synchronous algorithm declares who meets whom at iteration k and
   inherits the event path, the lockstep path and the fair transport's flows. `Collective`:
   `sizes(k)`, the ring all-reduces over every worker at iteration k in bytes, or None for a
-  local step (template.py's LocalSGDSim, allreduce, diloco). `NeighbourExchange`:
+  local step (template.py's LocalSGDSim, allreduce, diloco). `GroupAverage`: `groups(k)`,
+  iteration k's partition of the workers, each group of two or more meeting in a P-Reduce
+  (prague-static). `NeighbourExchange`:
   `make_exchange()`, the real step's graph (`links(rank, k)`, `at(rank, k)` with the mixing
   row, `rounds`, `time_varying`, and `graph` or `shifts(k)`; dpsgd.py's Exchange), each step
   waiting for its neighbours' k-th models; `self.mixing(k)` gives `learner.mix` its rows
@@ -287,7 +289,7 @@ from hetbench.errors import UserError
 from hetbench.network.transport import ANY
 from hetbench.sim.learn import Learner
 from hetbench.sim.protocol import Meetings, MemberCaches, Partners, Protocol, SimEngine, Steps
-from hetbench.sim.synchronous import Collective, NeighbourExchange
+from hetbench.sim.synchronous import Collective, GroupAverage, NeighbourExchange
 
 __all__ = [
     "ANY",
@@ -296,6 +298,7 @@ __all__ = [
     "Collective",
     "Comm",
     "CommMisuse",
+    "GroupAverage",
     "Learner",
     "Meetings",
     "MemberCaches",

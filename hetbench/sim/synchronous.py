@@ -4,6 +4,8 @@ lockstep path and its fair transport's flows all follow from that one declaratio
 - `Collective`: iteration k is either a local step (over when its gradient is ready) or every
   worker meeting in ring all-reduces of declared sizes (`sizes(k)`): All-Reduce, local SGD,
   DiLoCo.
+- `GroupAverage`: iteration k partitions the workers into groups (`groups(k)`), each meeting
+  in a P-Reduce of the model: prague-static's schedule.
 - `NeighbourExchange`: iteration k of worker x sends its model to its out-neighbours and waits
   for its in-neighbours' models of iteration k (`make_exchange()`: the graph the real step
   uses): D-PSGD, SGP; OSGP keeps its own waits on it.
@@ -13,9 +15,11 @@ The math stays the algorithm's (`learn`); a pattern only says when steps end.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
-from hetbench.sim.protocol import Protocol, Steps
+from hetbench.sim.protocol import Meetings, Protocol, Steps
 
 
 class Collective(Protocol):
@@ -62,6 +66,98 @@ class Collective(Protocol):
         start = float(t_sync.max())
         end = self.net.rings(range(self.n), sizes, start, self.n)
         return Steps(np.full(self.n, end), start - t_sync, self.n - 1)
+
+
+class GroupAverage(Protocol):
+    """Iteration k: the workers split into the groups of `groups(k)`; a group of two or more
+    waits for its last member and meets in a P-Reduce (a ring all-reduce of the model over
+    its members, after a communicator's set-up on a member-set cache miss: Meetings, which
+    the event path joins and the lockstep path counts alike); a worker alone ends its step at
+    once, waiting for nobody. `group_fields(k, group)`: the event line's fields of a member's
+    step (default none)."""
+
+    transport_ready = True
+    lockstep = True
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.meetings = Meetings(self)
+        self._by_step: dict[int, dict[int, tuple[int, ...]]] = {}
+
+    def groups(self, k: int) -> list[tuple[int, ...]]:
+        """Iteration k's groups: every worker in exactly one, members sorted."""
+        raise NotImplementedError
+
+    def group_fields(self, k: int, group: tuple[int, ...]) -> dict | None:
+        return None
+
+    def group_of(self, w: int, k: int) -> tuple[int, ...]:
+        """Worker w's group at iteration k. groups(k) is computed once per k (n workers each
+        searching it would cost O(n^2) per iteration) and kept while workers can still be at
+        that iteration (64 behind the newest asked for)."""
+        by_worker = self._by_step.get(k)
+        if by_worker is None:
+            by_worker = self._by_step[k] = {x: g for g in self.groups(k) for x in g}
+            self._by_step.pop(k - 64, None)
+        return by_worker[w]
+
+    def ready(self, w):
+        k = self.engine.iteration[w]
+        group = self.group_of(w, k)
+        self.meet(w, k, group, self.group_fields(k, group))
+
+    def meet(self, w: int, k: int, group: tuple[int, ...], fields) -> None:
+        """The event path: worker w, whose gradient is ready now, joins its group of step k
+        (`fields`: its event line's, or None for a step that records none)."""
+        if len(group) < 2:
+            self.engine.end_step(w, self.engine.now, 0.0, fields, peers=0)
+        else:
+            self.meetings.join((k, group), group, w, self.engine.now, fields)
+
+    def met(self, w, end, wait_s, fields, peers, staleness):
+        self.engine.end_step(w, end, wait_s, fields, peers=peers, staleness=staleness)
+
+    def step_all(self, k, t_sync, full):
+        """Every worker's step k (in training a group's members are at the same iteration:
+        staleness 0, as Meetings computes)."""
+        n, net = self.n, self.net
+        groups = self.groups(k)
+        t_end = t_sync.copy()  # a worker alone ends its step at once, waiting for nobody
+        wait_s = np.zeros(n)
+        peers = np.zeros(n, dtype=np.int64)
+        met = [g for g in groups if len(g) > 1]
+        if met:
+            members = np.fromiter(itertools.chain.from_iterable(met), dtype=np.int64)
+            sizes = np.array([len(g) for g in met])
+            bounds = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+            arrived = t_sync[members]
+            start = np.maximum.reduceat(arrived, bounds)
+            cost = {size: net.ring_allreduce(self.model_bytes, size, n)
+                    for size in set(sizes.tolist())}
+            setup = net.group_setup_s
+            meetings = self.meetings
+            ends = []
+            for group, begin in zip(met, start.tolist(), strict=True):
+                end = begin + cost[len(group)]
+                if meetings.caches.use(group):
+                    meetings.hits += 1
+                else:
+                    meetings.misses += 1
+                    end += setup
+                ends.append(end)
+            starts_each = np.repeat(start, sizes)
+            t_end[members] = np.repeat(ends, sizes)
+            wait_s[members] = starts_each - arrived
+            peers[members] = np.repeat(sizes - 1, sizes)
+        fields = staleness = None
+        if full:
+            fields = [None] * n
+            for group in groups:
+                entry = self.group_fields(k, group)
+                for x in group:
+                    fields[x] = entry
+            staleness = [0.0 if p else None for p in peers.tolist()]
+        return Steps(t_end, wait_s, peers, 0.0 if staleness is None else staleness, fields)
 
 
 class NeighbourExchange(Protocol):

@@ -11,20 +11,23 @@ group of the schedule below E meets in full and none beyond it is waited for.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
-
-import numpy as np
 
 from hetbench.algorithms.prague.common import PragueBase, PragueOptions
 from hetbench.algorithms.prague.schedule import check_layout, static_group, static_groups
 from hetbench.core.options import opt
 from hetbench.errors import UserError
-from hetbench.sim.protocol import Meetings, Protocol, Steps
+from hetbench.sim.synchronous import GroupAverage
 
 #: Steps past the first stopper's that everyone still runs (> the 4-step dependency horizon).
 END_MARGIN = 8
 END_KEY = "prague-static/end"
+
+
+def agreed_end(step: int, margin: int = END_MARGIN) -> int:
+    """The last step E a worker stopping at `step` proposes: `margin` steps on, rounded up to
+    a whole cycle of the schedule's 4 steps."""
+    return -(-(step + margin) // 4) * 4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,7 +82,7 @@ class PragueStatic(PragueBase):
         return group, {"schedule_step": step}
 
     def finish(self, ctx, model):
-        proposal = -(-(self._step + END_MARGIN) // 4) * 4
+        proposal = agreed_end(self._step)
         # The first proposal wins; later stoppers read it back.
         self._end = int(ctx.comm.store.compare_set(END_KEY, "", str(proposal)))
 
@@ -94,118 +97,57 @@ class PragueStatic(PragueBase):
 
 # -- simulated protocol (bench sim): the same rules in simulated time ------------------------
 
-class PragueStaticSim(Protocol):
+class PragueStaticSim(GroupAverage):
     """The paper's fixed schedule; the first worker to stop fixes a last synchronized step."""
-
-    #: Its collectives run through after_rings (fair transport: as flows).
-    transport_ready = True
 
     def __init__(self, engine):
         super().__init__(engine)
-        self.end_margin = END_MARGIN
         self.step = [0] * self.n
         self.end: int | None = None
-        self.meetings = Meetings(self)
-        self._by_step: dict[int, dict[int, tuple[int, ...]]] = {}
+
+    def groups(self, k):
+        return static_groups(k, self.n, self.config.workers_per_node)
+
+    def group_fields(self, k, group):
+        return {"group": list(group), "gg_s": 0.0, "schedule_step": k}
 
     def _group(self, w: int) -> tuple[int, tuple[int, ...]]:
         step = self.step[w]
         self.step[w] += 1
         if self.end is not None and step >= self.end:
             return step, (w,)
-        return step, self._groups_of(step)[w]
-
-    def _groups_of(self, step: int) -> dict[int, tuple[int, ...]]:
-        """Each worker's group at `step`, from the schedule's own static_groups.
-
-        A real worker calls static_group (O(workers)) for itself; n simulated workers doing so
-        would cost O(n^2) per step, so each step's groups are computed once and kept while
-        workers can still be at that step (they are at most a few steps apart).
-        """
-        groups = self._by_step.get(step)
-        if groups is None:
-            groups = {w: g for g in static_groups(step, self.n, self.config.workers_per_node)
-                      for w in g}
-            self._by_step[step] = groups
-            self._by_step.pop(step - 64, None)
-        return groups
+        return step, self.group_of(w, step)
 
     def ready(self, w):
-        step, group = self._group(w)
-        # A dict, encoded only where event lines are written (bench sim --events full).
-        fields = {"group": list(group), "gg_s": 0.0, "schedule_step": step}
-        if len(group) < 2:
-            self.engine.end_step(w, self.engine.now, 0.0, fields, peers=0)
-        else:
-            self.meetings.join((step, group), group, w, self.engine.now, fields)
-
-    lockstep = True
+        step, group = self._group(w)  # its schedule step, which finish() runs on past training
+        self.meet(w, step, group, self.group_fields(step, group))
 
     def learn(self, k, learner):
         """The real step's math: a local optimizer step, then the P-Reduce of schedule step
         k's groups."""
         learner.sgd_step(learner.gradients())
-        learner.average_groups(static_groups(k, self.n, self.config.workers_per_node))
+        learner.average_groups(self.groups(k))
 
     def learn_finish(self, learner, iterations: int) -> None:
         """finish()'s drain: the schedule's groups from the last iteration to the agreed end
         (every worker stopped at the same iteration), averaging without training."""
-        end = -(-(iterations + self.end_margin) // 4) * 4
+        end = agreed_end(iterations)
         for step in range(iterations, end):
-            learner.average_groups(static_groups(step, self.n, self.config.workers_per_node))
+            learner.average_groups(self.groups(step))
 
     def step_all(self, k, t_sync, full):
-        """Schedule step k of every worker (in training every worker's step is its iteration,
-        so a group's members are at the same iteration: staleness 0, as Meetings computes)."""
-        n, net = self.n, self.net
-        self.step = [k + 1] * n
-        groups = static_groups(k, n, self.config.workers_per_node)
-        t_end = t_sync.copy()  # a worker alone ends its step at once, waiting for nobody
-        wait_s = np.zeros(n)
-        peers = np.zeros(n, dtype=np.int64)
-        met = [g for g in groups if len(g) > 1]
-        if met:
-            members = np.fromiter(itertools.chain.from_iterable(met), dtype=np.int64)
-            sizes = np.array([len(g) for g in met])
-            bounds = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-            arrived = t_sync[members]
-            start = np.maximum.reduceat(arrived, bounds)
-            cost = {size: net.ring_allreduce(self.model_bytes, size, n)
-                    for size in set(sizes.tolist())}
-            setup = net.group_setup_s
-            caches = self.meetings.caches
-            ends = []
-            for group, begin in zip(met, start.tolist(), strict=True):
-                end = begin + cost[len(group)]
-                if caches.use(group):
-                    self.meetings.hits += 1
-                else:
-                    self.meetings.misses += 1
-                    end += setup
-                ends.append(end)
-            starts_each = np.repeat(start, sizes)
-            t_end[members] = np.repeat(ends, sizes)
-            wait_s[members] = starts_each - arrived
-            peers[members] = np.repeat(sizes - 1, sizes)
-        fields = staleness = None
-        if full:
-            fields = [None] * n
-            for group in groups:
-                entry = {"group": list(group), "gg_s": 0.0, "schedule_step": k}
-                for x in group:
-                    fields[x] = entry
-            staleness = [0.0 if p else None for p in peers.tolist()]
-        return Steps(t_end, wait_s, peers, 0.0 if staleness is None else staleness, fields)
+        self.step = [k + 1] * self.n  # in training every worker's step is its iteration
+        return super().step_all(k, t_sync, full)
 
     def met(self, w, end, wait_s, fields, peers, staleness):
         if fields is None:  # a step of finish()
             self.engine.at(end, self._drain, w, end)
         else:
-            self.engine.end_step(w, end, wait_s, fields, peers=peers, staleness=staleness)
+            super().met(w, end, wait_s, fields, peers, staleness)
 
     def finish(self, w, t):
         if self.end is None:
-            self.end = -(-(self.step[w] + self.end_margin) // 4) * 4
+            self.end = agreed_end(self.step[w])
         self._drain(w, t)
 
     def _drain(self, w, t):
