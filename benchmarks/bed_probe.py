@@ -44,6 +44,8 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--queue", default="tbf", choices=testbed.QUEUES,
                         help="how the links enforce their rate (tbf: as its page measured)")
+    parser.add_argument("--queue-ms", type=float, default=testbed.SHAPE_QUEUE_MS,
+                        help="each queue's depth in milliseconds of the rate")
     parser.add_argument("--option", action="append", default=[],
                         help="KEY=VALUE for [algorithm.<name>] (TOML values), repeatable")
     args = parser.parse_args()
@@ -60,7 +62,7 @@ def main() -> None:
     bed = testbed.up(name, hosts=args.hosts, subnet="10.77.12")
     try:
         for host in bed.hosts:
-            testbed.shape_link(bed, host, args.rate, queue=args.queue)
+            testbed.shape_link(bed, host, args.rate, queue_ms=args.queue_ms, queue=args.queue)
         before = {host: tcp_counters(bed, host) for host in bed.hosts}
         done = run_across(bed, args.hosts, matrix, work / "out")
         after = {host: tcp_counters(bed, host) for host in bed.hosts}
