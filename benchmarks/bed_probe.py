@@ -27,12 +27,22 @@ from hetbench.testbed.measure import link_bound_matrix, run_across  # noqa: E402
 SERVERS = {"ps-sync", "ps-async", "allreduce-backup", "async-diloco"}
 
 
+#: TcpExt counters (/proc/net/netstat) that name a stall: a retransmission timeout, a tail
+#: loss probe, a delayed ACK, a zero window, a send that waited for buffer memory.
+STALLS = ("TCPTimeouts", "TCPLossProbes", "DelayedACKs", "TCPFromZeroWindowAdv",
+          "TCPToZeroWindowAdv", "TCPWantZeroWindowAdv", "TCPSlowStartRetrans",
+          "TCPSpuriousRTOs", "TCPMemoryPressures")
+
+
 def tcp_counters(bed, host: str) -> dict[str, int]:
-    """The host's Tcp: counters (its own namespace's /proc/net/snmp)."""
-    lines = bed.run(host, ["cat", "/proc/net/snmp"], capture_output=True,
-                    text=True).stdout.splitlines()
-    keys, values = [line.split()[1:] for line in lines if line.startswith("Tcp:")]
-    return dict(zip(keys, map(int, values), strict=True))
+    """The host's Tcp: and TcpExt: counters (its own namespace's /proc/net/snmp, netstat)."""
+    counters = {}
+    for table, prefix in (("/proc/net/snmp", "Tcp:"), ("/proc/net/netstat", "TcpExt:")):
+        lines = bed.run(host, ["cat", table], capture_output=True,
+                        text=True).stdout.splitlines()
+        keys, values = [line.split()[1:] for line in lines if line.startswith(prefix)]
+        counters.update(zip(keys, map(int, values), strict=True))
+    return counters
 
 
 def main() -> None:
@@ -72,7 +82,8 @@ def main() -> None:
         raise SystemExit(f"the run failed: {done.stderr[-2000:]}")
     for host in bed.hosts:
         moved = {key: after[host][key] - before[host][key]
-                 for key in ("OutSegs", "InSegs", "RetransSegs")}
+                 for key in ("OutSegs", "InSegs", "RetransSegs", *STALLS)
+                 if key in after[host]}
         print(f"{host}: {moved}")
     for path in (work / "out").glob("*/summary.json"):
         summary = json.loads(path.read_text())
