@@ -70,11 +70,13 @@ def _scan(results_dir: Path, events: bool):
 def report_cmd(results_dir: Path, baseline: str, target: tuple[str, ...], matrix: Path | None,
                timeline_run: str | None) -> None:
     """Write report.md/.csv/.html, time-to-target, convergence plots and a timeline."""
+    from hetbench.core.record import events_read_once
     from hetbench.reports.report import write_report
 
-    scan = _scan(results_dir, events=True)
-    paths = write_report(results_dir, baseline, _targets(target, matrix, results_dir),
-                         timeline_run, scan=scan)
+    with events_read_once():  # the scan's read of every event log serves the report too
+        scan = _scan(results_dir, events=True)
+        paths = write_report(results_dir, baseline, _targets(target, matrix, results_dir),
+                             timeline_run, scan=scan)
     for kind, path in paths.items():
         click.echo(f"{kind}: {path}")
     if "timeline" not in paths:

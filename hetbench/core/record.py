@@ -16,11 +16,14 @@ The files are written through core.store (atomic JSON, whole JSONL lines).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime
 import json
 import numbers
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -170,11 +173,57 @@ def summarize(config: RunConfig, run_dir: Path) -> dict[str, Any]:
 EVENT_TIMES = ("t_start", "t_end", "skip_ns")
 
 
+class _ReadOnce:
+    """The event logs read so far in an events_read_once() scope, while they hold fewer than
+    `limit` lines in all."""
+
+    def __init__(self, limit: int):
+        self.limit, self.lines = limit, 0
+        self.logs: dict[tuple[str, int], tuple[list[dict[str, Any]], int]] = {}
+
+
+_read_once: contextvars.ContextVar[_ReadOnce | None] = contextvars.ContextVar(
+    "hetbench_events_read_once", default=None)
+
+
+@contextlib.contextmanager
+def events_read_once(limit: int = 2_000_000) -> Iterator[None]:
+    """Within it, read_events reads each rank's log once, and later readers of that log get
+    the same lines (as a new list: each reader copies a line it changes, as the report's do).
+    A report reads every run's logs in its scan, its waits, its timeline and its trace. The
+    lines kept stay under `limit` (a simulated run's full events at 1,024 x 1,000 are a
+    million): beyond it, logs are read again. Nested scopes share the outermost one."""
+    if _read_once.get() is not None:
+        yield
+        return
+    token = _read_once.set(_ReadOnce(limit))
+    try:
+        yield
+    finally:
+        _read_once.reset(token)
+
+
 def read_events(run_dir: Path, rank: int) -> tuple[list[dict[str, Any]], int]:
     """A rank's event lines (and how many were torn), on rank 0's clock: the rank stamped
     them on its clock aligned at the start (comm/clock.py); what its clock drifted from rank
     0's by the end is removed here, taken as linear between the two estimates. Every reader
-    that compares one rank's times with another's reads them through this."""
+    that compares one rank's times with another's reads them through this; within
+    events_read_once(), each log once."""
+    once = _read_once.get()
+    if once is None:
+        return _read_events(run_dir, rank)
+    key = (str(Path(run_dir).resolve()), rank)
+    if key not in once.logs:
+        events, bad = _read_events(run_dir, rank)
+        if once.lines + len(events) > once.limit:
+            return events, bad
+        once.logs[key] = (events, bad)
+        once.lines += len(events)
+    events, bad = once.logs[key]
+    return list(events), bad
+
+
+def _read_events(run_dir: Path, rank: int) -> tuple[list[dict[str, Any]], int]:
     events, bad = read_jsonl(RunDir(run_dir).events(rank))
     correct = drift_correction(run_dir, rank)
     if correct is not None:

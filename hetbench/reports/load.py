@@ -125,9 +125,9 @@ def scan_runs(path: str | Path, events: bool = False) -> Scan:
 
 def _torn_event_lines(run_dir: Path) -> int:
     torn = 0
-    for _, log in RunDir(run_dir).event_logs():
+    for rank, log in RunDir(run_dir).event_logs():
         try:
-            _, bad = read_jsonl(log)
+            _, bad = read_events(run_dir, rank)  # within events_read_once, read for the rest
         except OSError as exc:
             raise ValueError(f"{log.name} cannot be read ({exc.strerror or exc})") from exc
         torn += bad

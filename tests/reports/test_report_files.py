@@ -289,3 +289,31 @@ def test_reproduce_dry_run_lists_the_runs_and_the_published_figures_they_cover(b
     assert quick.returncode == 0, quick.stderr
     assert "not run: no resnet200 runs in the matrix" in quick.stdout
     assert f"of {total} covered" in quick.stdout and f"{total} of {total}" not in quick.stdout
+
+
+def test_a_report_reads_each_event_log_once(results, tmp_path, monkeypatch):
+    # The scan, the waits, the timeline and the trace all read event logs; within the report
+    # each log is read from disk once, and the report is the one each reader's own read gave.
+    import hetbench.core.record as record
+    from hetbench.cli.report import _scan
+    from hetbench.core.record import events_read_once
+
+    alone = tmp_path / "alone"
+    shutil.copytree(RESULTS, alone)
+    write_report(alone, scan=_scan(alone, events=True))  # no scope around the scan: it reads again
+
+    reads: dict[str, int] = {}
+    real = record.read_jsonl
+
+    def counted(path):
+        if path.name.startswith("events.rank"):
+            reads[str(path)] = reads.get(str(path), 0) + 1
+        return real(path)
+
+    monkeypatch.setattr(record, "read_jsonl", counted)
+    with events_read_once():
+        paths = write_report(results, scan=_scan(results, events=True))
+    assert reads and set(reads.values()) == {1}
+    assert "timeline" in paths and "trace" in paths  # the readers after the scan did run
+    for name in ("report.csv", "waits.csv", "timeline.json", "time_to_target.csv"):
+        assert (results / name).read_bytes() == (alone / name).read_bytes(), name
