@@ -171,13 +171,15 @@ RUN_HELP = "Run id (or unique prefix) to export; repeatable. Default: every run.
 @click.option("--run", "runs", multiple=True, help=RUN_HELP)
 def export_tensorboard_cmd(results_dir: Path, out: Path | None, runs: tuple[str, ...]) -> None:
     """TensorBoard event files: test and training loss, throughput, time shares, hparams."""
+    from hetbench.core.record import events_read_once
     from hetbench.reports.load import select_run_dirs
     from hetbench.reports.tensorboard import export_tensorboard
 
-    chosen = select_run_dirs(results_dir, runs, _scan(results_dir, events=True))
-    out = make_results_dir(out if out is not None else results_dir / "tensorboard")
-    for path in export_tensorboard(chosen, out):
-        click.echo(f"tensorboard: {path}")
+    with events_read_once():  # the scan's read of every event log serves the export too
+        chosen = select_run_dirs(results_dir, runs, _scan(results_dir, events=True))
+        out = make_results_dir(out if out is not None else results_dir / "tensorboard")
+        for path in export_tensorboard(chosen, out):
+            click.echo(f"tensorboard: {path}")
     click.echo(f"view with: tensorboard --logdir {out}")
 
 
@@ -188,13 +190,15 @@ def export_tensorboard_cmd(results_dir: Path, out: Path | None, runs: tuple[str,
 @click.option("--run", "runs", multiple=True, help=RUN_HELP)
 def export_trace_cmd(results_dir: Path, out: Path | None, runs: tuple[str, ...]) -> None:
     """Chrome trace event JSON of whole runs, for ui.perfetto.dev or chrome://tracing."""
+    from hetbench.core.record import events_read_once
     from hetbench.reports.load import select_run_dirs
     from hetbench.reports.trace import write_trace
 
-    chosen = select_run_dirs(results_dir, runs, _scan(results_dir, events=True))
-    out = make_results_dir(out if out is not None else results_dir / "traces")
-    for run_dir in chosen:
-        click.echo(f"trace: {write_trace(run_dir, out / f'{run_dir.name}.json')}")
+    with events_read_once():  # the scan's read of every event log serves the export too
+        chosen = select_run_dirs(results_dir, runs, _scan(results_dir, events=True))
+        out = make_results_dir(out if out is not None else results_dir / "traces")
+        for run_dir in chosen:
+            click.echo(f"trace: {write_trace(run_dir, out / f'{run_dir.name}.json')}")
 
 
 COMMANDS: list[click.Command] = [report_cmd, compare_cmd, reproduce_cmd, export_cmd]

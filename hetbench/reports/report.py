@@ -252,6 +252,7 @@ def write_report(results_dir: Path, baseline: str = "allreduce",
 
 
 def _write_report(results_dir, baseline, targets, timeline_run, extra, scan):
+    """write_report's work, inside its events_read_once scope."""
     report = build_report(results_dir, baseline, targets, scan)
     if extra is not None:
         report.extra = tuple(extra(report))
