@@ -198,6 +198,8 @@ class NeighbourExchange(Protocol):
         self.sends_queue = self.net.queues_at_nics
         self.delivered: dict[tuple[int, int, int], float] = {}
         self.out: dict[tuple[int, int], float] = {}
+        #: mixing(k)'s rows per phase of the graph.
+        self._mixing_rows: dict[int, tuple] = {}
 
     def make_exchange(self):
         """The real step's graph (see the class)."""
@@ -289,7 +291,7 @@ class NeighbourExchange(Protocol):
         a learning half: learner.mix(*self.mixing(k)))."""
         import torch
 
-        cache = self.__dict__.setdefault("_mixing_rows", {})
+        cache = self._mixing_rows
         phase = k % self.exchange.rounds
         if phase not in cache:
             rows = []
