@@ -70,10 +70,10 @@ def _scan(results_dir: Path, events: bool):
 def report_cmd(results_dir: Path, baseline: str, target: tuple[str, ...], matrix: Path | None,
                timeline_run: str | None) -> None:
     """Write report.md/.csv/.html, time-to-target, convergence plots and a timeline."""
-    from hetbench.core.record import events_read_once
+    from hetbench.core.record import runs_read_once
     from hetbench.reports.report import write_report
 
-    with events_read_once():  # the scan's read of every event log serves the report too
+    with runs_read_once():  # the scan's read of every event log serves the report too
         scan = _scan(results_dir, events=True)
         paths = write_report(results_dir, baseline, _targets(target, matrix, results_dir),
                              timeline_run, scan=scan)
@@ -171,11 +171,11 @@ RUN_HELP = "Run id (or unique prefix) to export; repeatable. Default: every run.
 @click.option("--run", "runs", multiple=True, help=RUN_HELP)
 def export_tensorboard_cmd(results_dir: Path, out: Path | None, runs: tuple[str, ...]) -> None:
     """TensorBoard event files: test and training loss, throughput, time shares, hparams."""
-    from hetbench.core.record import events_read_once
+    from hetbench.core.record import runs_read_once
     from hetbench.reports.load import select_run_dirs
     from hetbench.reports.tensorboard import export_tensorboard
 
-    with events_read_once():  # the scan's read of every event log serves the export too
+    with runs_read_once():  # the scan's read of every event log serves the export too
         chosen = select_run_dirs(results_dir, runs, _scan(results_dir, events=True))
         out = make_results_dir(out if out is not None else results_dir / "tensorboard")
         for path in export_tensorboard(chosen, out):
@@ -190,11 +190,11 @@ def export_tensorboard_cmd(results_dir: Path, out: Path | None, runs: tuple[str,
 @click.option("--run", "runs", multiple=True, help=RUN_HELP)
 def export_trace_cmd(results_dir: Path, out: Path | None, runs: tuple[str, ...]) -> None:
     """Chrome trace event JSON of whole runs, for ui.perfetto.dev or chrome://tracing."""
-    from hetbench.core.record import events_read_once
+    from hetbench.core.record import runs_read_once
     from hetbench.reports.load import select_run_dirs
     from hetbench.reports.trace import write_trace
 
-    with events_read_once():  # the scan's read of every event log serves the export too
+    with runs_read_once():  # the scan's read of every event log serves the export too
         chosen = select_run_dirs(results_dir, runs, _scan(results_dir, events=True))
         out = make_results_dir(out if out is not None else results_dir / "traces")
         for run_dir in chosen:

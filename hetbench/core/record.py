@@ -174,25 +174,30 @@ EVENT_TIMES = ("t_start", "t_end", "skip_ns")
 
 
 class _ReadOnce:
-    """The event logs read so far in an events_read_once() scope, while they hold fewer than
-    `limit` lines in all."""
+    """A run's files read so far in a runs_read_once() scope: event logs while they hold
+    fewer than `limit` lines in all, and the small JSON files (config, summary, done records)
+    by path."""
 
     def __init__(self, limit: int):
         self.limit, self.lines = limit, 0
         self.logs: dict[tuple[str, int], tuple[list[dict[str, Any]], int]] = {}
+        self.files: dict[str, str] = {}
 
 
 _read_once: contextvars.ContextVar[_ReadOnce | None] = contextvars.ContextVar(
-    "hetbench_events_read_once", default=None)
+    "hetbench_runs_read_once", default=None)
 
 
 @contextlib.contextmanager
-def events_read_once(limit: int = 2_000_000) -> Iterator[None]:
-    """Within it, read_events reads each rank's log once, and later readers of that log get
-    the same lines (as a new list: each reader copies a line it changes, as the report's do).
-    A report reads every run's logs in its scan, its waits, its timeline and its trace. The
-    lines kept stay under `limit` (a simulated run's full events at 1,024 x 1,000 are a
-    million): beyond it, logs are read again. Nested scopes share the outermost one."""
+def runs_read_once(limit: int = 2_000_000) -> Iterator[None]:
+    """Within it, each file of a run is read from disk once: read_events reads each rank's log
+    once and later readers of that log get the same lines (as a new list: each reader copies a
+    line it changes, as the report's do); read_run_json parses a config, summary or done
+    record afresh from the text read the first time. A report reads every run's logs in its
+    scan, its waits, its timeline and its trace, and its config and summary in the scan and the
+    waits. The lines kept stay under `limit` (a simulated run's full events at 1,024 x 1,000
+    are a million): beyond it, logs are read again. Nested scopes share the outermost one.
+    Nothing may write a run's files within a scope (a report only reads)."""
     if _read_once.get() is not None:
         yield
         return
@@ -203,12 +208,26 @@ def events_read_once(limit: int = 2_000_000) -> Iterator[None]:
         _read_once.reset(token)
 
 
+def read_run_json(path: Path) -> Any:
+    """read_json of a run's file; within runs_read_once(), the file is read from disk once
+    (each call still returns a new object, which its reader may change). A file that cannot be
+    read or parsed raises as read_json does, every time."""
+    once = _read_once.get()
+    if once is None:
+        return read_json(path)
+    key = str(Path(path).resolve())
+    text = once.files.get(key)
+    if text is None:
+        text = once.files[key] = Path(path).read_text()
+    return json.loads(text)
+
+
 def read_events(run_dir: Path, rank: int) -> tuple[list[dict[str, Any]], int]:
     """A rank's event lines (and how many were torn), on rank 0's clock: the rank stamped
     them on its clock aligned at the start (comm/clock.py); what its clock drifted from rank
     0's by the end is removed here, taken as linear between the two estimates. Every reader
     that compares one rank's times with another's reads them through this; within
-    events_read_once(), each log once."""
+    runs_read_once(), each log once."""
     once = _read_once.get()
     if once is None:
         return _read_events(run_dir, rank)
@@ -240,7 +259,7 @@ def drift_correction(run_dir: Path, rank: int):
     ranks on rank 0's host (one clock), a run of an older hetbench or without an end estimate
     (it failed)."""
     try:
-        clock = read_json(RunDir(run_dir).done(rank)).get("clock")
+        clock = read_run_json(RunDir(run_dir).done(rank)).get("clock")
     except (OSError, ValueError):
         return None
     if not clock or not clock.get("aligned") or "end" not in clock:
@@ -380,7 +399,7 @@ def done_records(config: RunConfig, run_dir: Path) -> list[dict[str, Any] | None
     records: list[dict[str, Any] | None] = []
     for rank in range(config.world_size):
         try:
-            records.append(read_json(RunDir(run_dir).done(rank)))
+            records.append(read_run_json(RunDir(run_dir).done(rank)))
         except (OSError, ValueError):
             records.append(None)
     return records

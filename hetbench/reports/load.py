@@ -16,9 +16,9 @@ import pandas as pd
 
 from hetbench.core.config import SCHEMA_VERSION
 from hetbench.core.lock import describe_holder, writer_of
-from hetbench.core.record import read_events, run_dirs
+from hetbench.core.record import read_events, read_run_json, run_dirs
 from hetbench.core.rundir import RunDir
-from hetbench.core.store import read_json, read_jsonl
+from hetbench.core.store import read_jsonl
 from hetbench.core.variants import variant_names, with_network
 from hetbench.errors import UserError
 
@@ -85,7 +85,7 @@ class Scan:
 def _read_object(path: Path) -> dict[str, Any]:
     """A JSON file that must hold an object; ValueError (with the file's name) otherwise."""
     try:
-        data = read_json(path)
+        data = read_run_json(path)
     except OSError as exc:
         raise ValueError(f"{path.name} cannot be read ({exc.strerror or exc})") from exc
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
@@ -127,7 +127,7 @@ def _torn_event_lines(run_dir: Path) -> int:
     torn = 0
     for rank, log in RunDir(run_dir).event_logs():
         try:
-            _, bad = read_events(run_dir, rank)  # within events_read_once, read for the rest
+            _, bad = read_events(run_dir, rank)  # within runs_read_once, read for the rest
         except OSError as exc:
             raise ValueError(f"{log.name} cannot be read ({exc.strerror or exc})") from exc
         torn += bad
@@ -218,7 +218,7 @@ def load_env(run_dir: str | Path) -> dict[str, Any]:
     """The run's env.json (versions, machine, git), or {} if it has none."""
     path = RunDir(run_dir).env
     try:
-        return read_json(path)
+        return read_run_json(path)
     except (OSError, ValueError):
         return {}
 

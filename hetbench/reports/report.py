@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hetbench.core.record import events_read_once
+from hetbench.core.record import runs_read_once
 from hetbench.core.store import write_text_atomic
 from hetbench.errors import UserError
 from hetbench.reports.intervals import Interval
@@ -245,14 +245,14 @@ def write_report(results_dir: Path, baseline: str = "allreduce",
     """Write every report file into `results_dir`; returns their paths by kind.
 
     `extra(report) -> [Section]` adds sections computed from the report's tables. Each event
-    log is read once (events_read_once), for the scan, the waits, the timeline and the trace.
+    log is read once (runs_read_once), for the scan, the waits, the timeline and the trace.
     """
-    with events_read_once():
+    with runs_read_once():
         return _write_report(results_dir, baseline, targets, timeline_run, extra, scan)
 
 
 def _write_report(results_dir, baseline, targets, timeline_run, extra, scan):
-    """write_report's work, inside its events_read_once scope."""
+    """write_report's work, inside its runs_read_once scope."""
     report = build_report(results_dir, baseline, targets, scan)
     if extra is not None:
         report.extra = tuple(extra(report))

@@ -25,8 +25,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hetbench.core.record import read_run_json
 from hetbench.core.rundir import RunDir
-from hetbench.core.store import read_json, read_jsonl
+from hetbench.core.store import read_jsonl
 from hetbench.errors import UserError
 from hetbench.reports.waits import load_rank_events
 
@@ -86,9 +87,9 @@ def export_run(run_dir: Path, out_dir: Path) -> Path:
     SummaryWriter = _writer_class()
     from torch.utils.tensorboard.summary import hparams
 
-    config = read_json(RunDir(run_dir).config)
+    config = read_run_json(RunDir(run_dir).config)
     summary_path = RunDir(run_dir).summary
-    summary = read_json(summary_path) if summary_path.exists() else {"status": "incomplete"}
+    summary = read_run_json(summary_path) if summary_path.exists() else {"status": "incomplete"}
     events = load_rank_events(run_dir)
     evals, _ = read_jsonl(RunDir(run_dir).evaluations)
     target = out_dir / run_dir.name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import pandas as pd
@@ -9,9 +10,8 @@ import pandas as pd
 from hetbench.core.metrics import throughput_window
 from hetbench.core.rundir import RunDir
 from hetbench.errors import UserError
-from hetbench.reports.load import load_events
 from hetbench.reports.plots import new_figure
-from hetbench.reports.waits import run_waits, with_inferred_waits
+from hetbench.reports.waits import load_rank_events, run_waits, with_inferred_waits
 
 #: Drawn in this order inside each iteration: the harness times the phases in this order, except
 #: that it cannot tell where inside a step the waiting fell, so waiting is drawn before comm.
@@ -76,22 +76,22 @@ def _rows(by_rank: dict[int, list[dict]]) -> list[int]:
 def timeline_plot(run_dir: str | Path, path: Path, warmup_iterations: int = 5,
                   iterations: int = 20) -> Path:
     """Draw about `iterations` typical iterations of the steady state, a row per worker."""
-    events = load_events(run_dir)
-    if events.empty:
+    by_rank = {rank: events for rank, events in load_rank_events(Path(run_dir)).items()
+               if events}
+    if not by_rank:
         if RunDir(run_dir).workers.exists():
             raise UserError(f"run {Path(run_dir).name} was simulated with one record per "
                             "worker and no event lines; simulate it with `bench sim --events "
                             "full` to draw it")
         raise UserError(f"run {Path(run_dir).name} has no events to draw; pick another run")
-    by_rank = {int(r): g.sort_values("iteration").to_dict("records")
-               for r, g in events.groupby("rank")}
     # Waiting the log counts inside communication (allreduce's) is drawn as waiting.
     by_rank = with_inferred_waits(by_rank, run_waits(run_dir, by_rank))
+    lines = [e for events in by_rank.values() for e in events]
     window = throughput_window(by_rank, warmup_iterations)
-    t0 = window[0] if window else int(events["t_start"].min())
+    t0 = window[0] if window else min(e["t_start"] for e in lines)
     # A fixed span in typical iterations keeps single bars readable at any speed.
-    span = iterations * float((events["t_end"] - events["t_start"]).median())
-    t1 = min(window[1] if window else int(events["t_end"].max()), t0 + int(span))
+    span = iterations * statistics.median(e["t_end"] - e["t_start"] for e in lines)
+    t1 = min(window[1] if window else max(e["t_end"] for e in lines), t0 + int(span))
     ranks = _rows(by_rank)
     fig = new_figure(10, 0.45 * len(ranks) + 1.6)
     ax = fig.subplots()

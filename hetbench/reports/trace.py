@@ -30,8 +30,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hetbench.core.record import read_run_json
 from hetbench.core.rundir import RunDir
-from hetbench.core.store import read_json
 from hetbench.errors import UserError
 from hetbench.reports.waits import load_rank_events, run_waits, with_inferred_waits
 
@@ -46,7 +46,7 @@ def trace_events(run_dir: str | Path) -> dict[str, Any]:
     events = load_rank_events(run_dir)
     if not any(events.values()):
         raise UserError(f"run {run_dir.name} has no events to trace; pick another run")
-    config = read_json(RunDir(run_dir).config)
+    config = read_run_json(RunDir(run_dir).config)
     waits = run_waits(run_dir, events)
     events = with_inferred_waits(events, waits)
     slowed = waits.slowed()

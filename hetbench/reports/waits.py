@@ -48,9 +48,8 @@ from typing import Any
 
 import pandas as pd
 
-from hetbench.core.record import read_events
+from hetbench.core.record import read_events, read_run_json
 from hetbench.core.rundir import RunDir
-from hetbench.core.store import read_json
 from hetbench.core.waits import WAIT_RULES, WaitRule, declared_wait_rule
 from hetbench.reports.wait_rules import (
     EPS,
@@ -206,15 +205,11 @@ def load_rank_events(run_dir: Path) -> dict[int, list[dict]]:
 def run_waits(run_dir: str | Path, events: dict[int, list[dict]] | None = None) -> RunWaits:
     """Attribute one run's waiting (`events`: its load_rank_events, when already read)."""
     run_dir = Path(run_dir)
-    config = read_json(RunDir(run_dir).config)
+    config = read_run_json(RunDir(run_dir).config)
     events = load_rank_events(run_dir) if events is None else events
     workers = int(config.get("workers", len(events)))
-    # A field the log does not hold is absent, never NaN (events read through a DataFrame
-    # have NaN there): no rule mistakes a missing value for a list of ranks.
-    events = {rank: [{k: v for k, v in e.items() if not (isinstance(v, float) and v != v)}
-                     for e in rank_events] for rank, rank_events in events.items()}
     try:
-        summary = read_json(RunDir(run_dir).summary)
+        summary = read_run_json(RunDir(run_dir).summary)
     except (OSError, ValueError):  # no summary yet (a run in progress), or unreadable
         summary = {}
     rule, reason = _rule_of(config, events, summary)

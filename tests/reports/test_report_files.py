@@ -7,6 +7,7 @@ import json
 import math
 import re
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -291,20 +292,21 @@ def test_reproduce_dry_run_lists_the_runs_and_the_published_figures_they_cover(b
     assert f"of {total} covered" in quick.stdout and f"{total} of {total}" not in quick.stdout
 
 
-def test_a_report_reads_each_event_log_once(results, tmp_path, monkeypatch):
-    # The scan, the waits, the timeline and the trace all read event logs; within the report
-    # each log is read from disk once, and the report is the one each reader's own read gave.
+def test_a_report_reads_each_run_file_once(results, tmp_path, monkeypatch):
+    # The scan, the waits, the timeline and the trace all read event logs, and the scan and the
+    # waits each run's config and summary; within the report each file is read from disk once,
+    # and the report is the one each reader's own read gave.
     import contextlib
 
     import hetbench.core.record as record
     import hetbench.reports.report as report_module
     from hetbench.cli.report import _scan
-    from hetbench.core.record import events_read_once
+    from hetbench.core.record import runs_read_once
 
     alone = tmp_path / "alone"
     shutil.copytree(RESULTS, alone)
     with monkeypatch.context() as no_scope:  # every reader reads the logs itself
-        no_scope.setattr(report_module, "events_read_once", contextlib.nullcontext)
+        no_scope.setattr(report_module, "runs_read_once", contextlib.nullcontext)
         write_report(alone, scan=_scan(alone, events=True))
 
     reads: dict[str, int] = {}
@@ -315,10 +317,22 @@ def test_a_report_reads_each_event_log_once(results, tmp_path, monkeypatch):
             reads[str(path)] = reads.get(str(path), 0) + 1
         return real(path)
 
+    json_reads: dict[str, int] = {}
+    read_text = Path.read_text
+
+    def counted_text(path, *args, **kwargs):
+        if path.name in ("config.json", "summary.json") or path.name.startswith("done.rank"):
+            json_reads[str(path)] = json_reads.get(str(path), 0) + 1
+        return read_text(path, *args, **kwargs)
+
     monkeypatch.setattr(record, "read_jsonl", counted)
-    with events_read_once():
+    monkeypatch.setattr(Path, "read_text", counted_text)
+    with runs_read_once():
         paths = write_report(results, scan=_scan(results, events=True))
+    monkeypatch.undo()
     assert reads and set(reads.values()) == {1}
+    assert {Path(p).name for p in json_reads} >= {"config.json", "summary.json"}
+    assert set(json_reads.values()) == {1}, json_reads
     assert "timeline" in paths and "trace" in paths  # the readers after the scan did run
     for name in ("report.csv", "waits.csv", "timeline.json", "time_to_target.csv"):
         assert (results / name).read_bytes() == (alone / name).read_bytes(), name
