@@ -179,18 +179,15 @@ class PSSyncSim(Protocol):
         self.arrived.append(w)
         if len(self.arrived) < self.n:
             return
+        arrived, self.arrived = self.arrived, []
         if self.net.cluster is not None:
-            self._ready_on_cluster()
+            self._ready_on_cluster(arrived)
             return
-        t_sync, hop, cpu = self.engine.t_sync, self.net.hop(self.engine.active), self.net.cpu_s
-        free = 0.0
-        for x in self.arrived:  # arrival order
-            free = max(free, t_sync[x] + hop + self.push) + cpu
-        for i, x in enumerate(sorted(self.arrived)):  # the server sends to workers 0..n-1
-            end = free + (i + 1) * (cpu + self.pull) + hop
-            own = 2 * (hop + cpu) + self.push + self.pull
-            self.engine.end_step(x, end, end - t_sync[x] - own, peers=self.n - 1, staleness=0.0)
-        self.arrived = []
+        engine = self.engine
+        steps = self._round(np.array(engine.t_sync), self.net.hop(engine.active))
+        for x in range(self.n):  # the server sends to workers 0..n-1
+            engine.end_step(x, float(steps.t_end[x]), float(steps.wait_s[x]), peers=self.n - 1,
+                            staleness=0.0)
 
     lockstep = True
 
@@ -203,11 +200,18 @@ class PSSyncSim(Protocol):
         learner.server = {name: p[0] for name, p in learner.params.items()}
 
     def step_all(self, k, t_sync, full):
-        hop, cpu = self.net.hop(self.n + self.servers), self.net.cpu_s
+        return self._round(t_sync, self.net.hop(self.n + self.servers))
+
+    def _round(self, t_sync: np.ndarray, hop: float) -> Steps:
+        """One round without a cluster, the event path's and the lockstep path's: every
+        worker's gradient flies to the server (`t_sync`: when each was ready); the server
+        receives them one after another in arrival order, then sends the parameters to
+        workers 0..n-1 in turn. A worker's wait is its step beyond its own push and pull."""
+        cpu = self.net.cpu_s
         arrivals = (t_sync + hop) + self.push
         if cpu == 0.0:
             free = float(arrivals.max())
-        else:  # the server's receives one after another, in arrival order (ready's loop)
+        else:
             free = 0.0
             for arrive in np.sort(arrivals).tolist():
                 free = max(free, arrive) + cpu
@@ -249,18 +253,17 @@ class PSSyncSim(Protocol):
                                     self.engine.t_sync[w], now)
         self.engine.end_step(w, now, wait, peers=self.n - 1, staleness=0.0)
 
-    def _ready_on_cluster(self) -> None:
+    def _ready_on_cluster(self, arrived: list[int]) -> None:
         """The same step on a run's Cluster: every push queues at the server's NIC, every pull
         at its NIC's sending side; the wait is what the step took beyond the worker's own
         push and pull on idle links."""
         net, server, t_sync = self.net, self.n, self.engine.t_sync
-        pushed = max(net.wire(x, server, self.model_bytes + 4, t_sync[x]) for x in self.arrived)
-        for x in sorted(self.arrived):  # the server sends to workers 0..n-1
+        pushed = max(net.wire(x, server, self.model_bytes + 4, t_sync[x]) for x in arrived)
+        for x in range(self.n):  # the server sends to workers 0..n-1
             end = net.wire(server, x, self.model_bytes, pushed)
             wait = self.round_trip_wait(x, server, self.model_bytes + 4, self.model_bytes,
                                         t_sync[x], end)
             self.engine.end_step(x, end, wait, peers=self.n - 1, staleness=0.0)
-        self.arrived = []
 
 
 class PSAsyncSim(Protocol):
