@@ -110,6 +110,7 @@ def run_dirs(out: Path) -> dict[str, Path]:
     return found
 
 
+@pytest.mark.slow  # across hosts: CI's full run (the quick tier is one host's)
 @pytest.mark.parametrize("launcher", ["torchrun", "mpi"])
 def test_todays_algorithms_run_across_three_hosts_and_match_one_machine(bed, tmp_path, bench,
                                                                          launcher):
@@ -181,6 +182,7 @@ def _end_spreads_ms(run_dir: Path, unshift: dict[int, int]) -> list[float]:
             for ends in [[events[r][k]["t_end"] - unshift.get(r, 0) for r in range(4)]]]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not is_today("clock", HALF_MINUTE_CASES),
                     reason=f"rotated by day: today's is {cases_of_today(HALF_MINUTE_CASES)[0]} "
                            "(HETBENCH_TEST_ALL=1 runs every one)")
@@ -280,6 +282,7 @@ def sshd(bed, tmp_path):
             server.wait()
 
 
+@pytest.mark.slow
 def test_ssh_starts_the_other_hosts_and_a_stopped_run_leaves_nothing_there(bed, sshd,
                                                                           tmp_path):
     """The default kind of agent, for real: ssh to an OpenSSH server on h2 (bench on h1 starts

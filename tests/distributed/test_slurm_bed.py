@@ -42,6 +42,7 @@ def _missing() -> str | None:
 
 
 pytestmark = [
+    pytest.mark.slow,  # across hosts: CI's full run (the quick tier is one host's)
     pytest.mark.skipif(_missing() is not None, reason=str(_missing())),
     # One launcher across hosts a day (tests/distributed/test_multihost.py has the others).
     pytest.mark.skipif(not is_today("slurm", HALF_MINUTE_CASES),

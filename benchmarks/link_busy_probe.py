@@ -1,0 +1,106 @@
+"""How busy one host's link is while an algorithm runs across a shaped test bed (issue 58): is
+a shaped run slower than the model because its links idle, and when?
+
+    python benchmarks/link_busy_probe.py hop [--hosts 5] [--rate 50mbit] [--queue host-fair]
+
+Runs testbed.measure's link-bound matrix (mlp-digits, 20 ms of emulated compute, 307 KB
+messages) for the algorithm with tcpdump on h1's NIC, which sees an outgoing packet as the
+host's queue lets it out and an incoming one as it arrives. Over the steady state (rank 0's
+iterations after WARMUP, from its event log, on rank 0's clock: h1's), per direction: the share
+of the link's rate the data used, and the time the link carried no data in gaps longer than
+IDLE_S (what a link-bound model would have filled). Then the run's throughput. Prints and
+writes nothing else. Needs root, network namespaces and tcpdump.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from control_queue_probe import CONTROL_BYTES, packets  # noqa: E402
+
+from hetbench import testbed  # noqa: E402
+from hetbench.testbed.measure import link_bound_matrix, measure_link, run_across  # noqa: E402
+
+SERVERS = {"ps-sync", "ps-async", "allreduce-backup", "async-diloco"}
+WARMUP = 10
+#: A silence in a direction's data longer than this counts as the link idle (a 64 KB segment
+#: takes 5.7 ms at 92 Mbit/s, so shorter silences are the queue serving other packets).
+IDLE_S = 0.015
+
+
+def busy(times_bytes: list[tuple[float, int]], t0: float, t1: float, rate: float) -> dict:
+    """Share of [t0, t1] the data would fill at `rate`, and the idle gaps over IDLE_S."""
+    inside = [(t, n) for t, n in times_bytes if t0 <= t <= t1]
+    moved = sum(n for _, n in inside)
+    gaps, previous = [], t0
+    for t, n in inside:
+        if t - previous > IDLE_S:
+            gaps.append(t - previous)
+        # A packet of n bytes holds the link for n / rate after it leaves the queue.
+        previous = max(previous, t + n / rate)
+    if t1 - previous > IDLE_S:
+        gaps.append(t1 - previous)
+    span = t1 - t0
+    return {"data_share_of_rate": round(moved / rate / span, 3),
+            "idle_gaps": len(gaps), "idle_share": round(sum(gaps) / span, 3),
+            "median_gap_ms": round(sorted(gaps)[len(gaps) // 2] * 1e3, 1) if gaps else 0.0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("algorithm")
+    parser.add_argument("--hosts", type=int, default=5)
+    parser.add_argument("--rate", default="50mbit")
+    parser.add_argument("--queue", default=testbed.DEFAULT_QUEUE, choices=testbed.QUEUES)
+    parser.add_argument("--iterations", type=int, default=60)
+    args = parser.parse_args()
+    workers = args.hosts - 1 if args.algorithm in SERVERS else args.hosts - args.hosts % 2
+    work = Path(tempfile.mkdtemp(prefix="link-busy-"))
+    matrix = work / "probe.toml"
+    matrix.write_text(link_bound_matrix("link-busy", [args.algorithm], workers,
+                                        args.iterations))
+    name = "lbp"
+    testbed.down(name)
+    bed = testbed.up(name, hosts=args.hosts, subnet="10.77.13", queue=args.queue)
+    try:
+        for host in bed.hosts:
+            testbed.shape_link(bed, host, args.rate, queue=args.queue)
+        link = measure_link(bed)
+        pcap = work / "h1.pcap"
+        capture = bed.popen("h1", ["tcpdump", "-i", "eth0", "-s", "96", "-w", str(pcap), "tcp"],
+                            stderr=subprocess.DEVNULL)
+        time.sleep(1)
+        done = run_across(bed, args.hosts, matrix, work / "out", timeout=1200)
+        capture.terminate()
+        capture.wait(timeout=30)
+        if done.returncode:
+            raise SystemExit(f"run failed: {done.stderr[-2000:]}")
+        h1 = bed.hosts["h1"]
+        found = [p for p in packets(pcap, h1) if p[3] > CONTROL_BYTES]
+    finally:
+        testbed.down(name)
+    run = next((work / "out").glob("*/summary.json")).parent
+    steps = [json.loads(line) for line in (run / "events.rank0.jsonl").read_text().splitlines()]
+    # Event times are ns on rank 0's clock (h1's, the capture's), since the epoch.
+    t0, t1 = steps[WARMUP]["t_start"] / 1e9, steps[-1]["t_end"] / 1e9
+    rate = link["payload_gbps"] * 1e9 / 8
+    out = busy([(t, n) for t, src, _, n in found if src == h1], t0, t1, rate)
+    into = busy([(t, n) for t, src, _, n in found if src != h1], t0, t1, rate)
+    summary = json.loads((run / "summary.json").read_text())
+    print(f"{args.algorithm}, {workers} workers, {args.rate} {args.queue} (link "
+          f"{link['payload_gbps'] * 1e3:.1f} Mbit/s), h1 over {t1 - t0:.1f} s: out {out}, "
+          f"in {into}; {summary['throughput']:.1f} samples/s; capture in {work}")
+
+
+if __name__ == "__main__":
+    main()
