@@ -8,8 +8,12 @@ messages) for the algorithm with tcpdump on h1's NIC, which sees an outgoing pac
 host's queue lets it out and an incoming one as it arrives. Over the steady state (rank 0's
 iterations after WARMUP, from its event log, on rank 0's clock: h1's), per direction: the share
 of the link's rate the data used, and the time the link carried no data in gaps longer than
-IDLE_S (what a link-bound model would have filled). Then the run's throughput. Prints and
-writes nothing else. Needs root, network namespaces and tcpdump.
+IDLE_S (what a link-bound model would have filled); per peer, the share of the pair's busy
+time in which both directions moved at once. Then the run's throughput. Prints and
+writes nothing else. `--acks-first` (an experiment, not the bed's setting) gives packets of
+under 128 bytes (pure ACKs, gloo's control messages) a class of their own out of every host,
+so that they no longer wait behind the data queued for their peer. Needs root, network
+namespaces and tcpdump.
 """
 
 from __future__ import annotations
@@ -56,6 +60,32 @@ def busy(times_bytes: list[tuple[float, int]], t0: float, t1: float, rate: float
             "median_gap_ms": round(sorted(gaps)[len(gaps) // 2] * 1e3, 1) if gaps else 0.0}
 
 
+def both_ways(found, me: str, peer: str, t0: float, t1: float, rate: float) -> float:
+    """Of the time data moved between h1 and `peer` (each packet holding its direction for
+    its bytes' time at the link's rate), the share in which both directions moved."""
+    busy: dict[int, set[str]] = {}
+    for t, src, dst, n in found:
+        if not t0 <= t <= t1 or peer not in (src, dst):
+            continue
+        direction = "out" if src == me else "in"
+        for tick in range(int((t - t0) * 1e4), int((t - t0 + n / rate) * 1e4) + 1):  # 0.1 ms
+            busy.setdefault(tick, set()).add(direction)
+    return round(sum(len(v) == 2 for v in busy.values()) / max(len(busy), 1), 3)
+
+
+def small_packets_first(bed, host: str, rate: str) -> None:
+    """On the host's sending side (htb, testbed.shape_link): packets of under 128 bytes go to a
+    class guaranteed the whole rate, so the round robin serves them at every turn."""
+    ns = ["ip", "netns", "exec", bed.namespace(host)]
+    subprocess.run([*ns, "tc", "class", "add", "dev", "eth0", "parent", "1:1", "classid", "1:5",
+                    "htb", "rate", rate, "ceil", rate, "burst", "4kb", "cburst", "4kb",
+                    "quantum", "1514"], check=True)
+    # IP total length (bytes 2-3 of the header) below 128; before the per-peer filters (prio 1).
+    subprocess.run([*ns, "tc", "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip",
+                    "prio", "0", "u32", "match", "u16", "0x0000", "0xff80", "at", "2",
+                    "flowid", "1:5"], check=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("algorithm")
@@ -63,6 +93,7 @@ def main() -> None:
     parser.add_argument("--rate", default="50mbit")
     parser.add_argument("--queue", default=testbed.DEFAULT_QUEUE, choices=testbed.QUEUES)
     parser.add_argument("--iterations", type=int, default=60)
+    parser.add_argument("--acks-first", action="store_true")
     args = parser.parse_args()
     workers = args.hosts - 1 if args.algorithm in SERVERS else args.hosts - args.hosts % 2
     work = Path(tempfile.mkdtemp(prefix="link-busy-"))
@@ -75,6 +106,8 @@ def main() -> None:
     try:
         for host in bed.hosts:
             testbed.shape_link(bed, host, args.rate, queue=args.queue)
+            if args.acks_first:
+                small_packets_first(bed, host, args.rate)
         link = measure_link(bed)
         pcap = work / "h1.pcap"
         capture = bed.popen("h1", ["tcpdump", "-i", "eth0", "-s", "96", "-w", str(pcap), "tcp"],
@@ -96,10 +129,14 @@ def main() -> None:
     rate = link["payload_gbps"] * 1e9 / 8
     out = busy([(t, n) for t, src, _, n in found if src == h1], t0, t1, rate)
     into = busy([(t, n) for t, src, _, n in found if src != h1], t0, t1, rate)
+    peers = sorted({dst for _, src, dst, _ in found if src == h1})
+    pairs = {peer: both_ways(found, h1, peer, t0, t1, rate) for peer in peers}
     summary = json.loads((run / "summary.json").read_text())
-    print(f"{args.algorithm}, {workers} workers, {args.rate} {args.queue} (link "
+    acks = ", acks first" if args.acks_first else ""
+    print(f"{args.algorithm}, {workers} workers, {args.rate} {args.queue}{acks} (link "
           f"{link['payload_gbps'] * 1e3:.1f} Mbit/s), h1 over {t1 - t0:.1f} s: out {out}, "
-          f"in {into}; {summary['throughput']:.1f} samples/s; capture in {work}")
+          f"in {into}, both ways at once by peer {pairs}; {summary['throughput']:.1f} "
+          f"samples/s; capture in {work}")
 
 
 if __name__ == "__main__":
