@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -45,6 +46,22 @@ def tcp_counters(bed, host: str) -> dict[str, int]:
     return counters
 
 
+def small_packets_first(bed, host: str, rate: str) -> None:
+    """An experiment, not the bed's setting: on both sides of the host's htb-shaped link
+    (testbed.shape_link), packets of under 128 bytes (pure ACKs, gloo's control messages, a
+    gRPC request) go to a class guaranteed the whole rate, which the round robin serves at
+    every turn, rather than waiting behind the data queued in their peer's class or FIFO."""
+    sides = ((["ip", "netns", "exec", bed.namespace(host)], "eth0"), ([], bed.veth(host)))
+    for where, device in sides:
+        subprocess.run([*where, "tc", "class", "add", "dev", device, "parent", "1:1",
+                        "classid", "1:5", "htb", "rate", rate, "ceil", rate, "burst", "4kb",
+                        "cburst", "4kb", "quantum", "1514"], check=True)
+        # IP total length (bytes 2-3 of the header) below 128, ahead of the peers' filters.
+        subprocess.run([*where, "tc", "filter", "add", "dev", device, "parent", "1:",
+                        "protocol", "ip", "prio", "0", "u32", "match", "u16", "0x0000",
+                        "0xff80", "at", "2", "flowid", "1:5"], check=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("algorithm")
@@ -56,6 +73,9 @@ def main() -> None:
                         help="how the links enforce their rate (tbf: as its page measured)")
     parser.add_argument("--queue-ms", type=float, default=testbed.SHAPE_QUEUE_MS,
                         help="each queue's depth in milliseconds of the rate")
+    parser.add_argument("--small-first", action="store_true",
+                        help="small packets ahead of data on every link (an experiment; htb "
+                             "queues only)")
     parser.add_argument("--option", action="append", default=[],
                         help="KEY=VALUE for [algorithm.<name>] (TOML values), repeatable")
     args = parser.parse_args()
@@ -73,6 +93,8 @@ def main() -> None:
     try:
         for host in bed.hosts:
             testbed.shape_link(bed, host, args.rate, queue_ms=args.queue_ms, queue=args.queue)
+            if args.small_first:
+                small_packets_first(bed, host, args.rate)
         before = {host: tcp_counters(bed, host) for host in bed.hosts}
         done = run_across(bed, args.hosts, matrix, work / "out")
         after = {host: tcp_counters(bed, host) for host in bed.hosts}
@@ -88,7 +110,23 @@ def main() -> None:
     for path in (work / "out").glob("*/summary.json"):
         summary = json.loads(path.read_text())
         print(f"{summary['algorithm']}: {summary['throughput']:.1f} samples/s "
-              f"({summary['status']}); runs kept in {work}")
+              f"({summary['status']}); {step_means(path.parent)}; runs kept in {work}")
+
+
+def step_means(run_dir: Path, warmup: int = 10) -> dict[str, float]:
+    """Milliseconds a step, averaged over every rank's steps past `warmup`: its compute, comm
+    and wait, and the algorithm's gg_s (prague-smart's Group Generator round trip) if logged;
+    and rank 0's iteration (the mean gap between its step ends)."""
+    steps, iteration = [], None
+    for events in sorted(run_dir.glob("events.rank*.jsonl")):
+        lines = [json.loads(line) for line in events.read_text().splitlines()][warmup:]
+        steps += lines
+        if events.name == "events.rank0.jsonl" and len(lines) > 1:
+            iteration = (lines[-1]["t_end"] - lines[0]["t_end"]) / (len(lines) - 1) / 1e6
+    means = {key: round(sum(e[key] for e in steps) / len(steps) * 1e3, 2)
+             for key in ("compute_s", "comm_s", "wait_s", "gg_s")
+             if steps and all(key in e for e in steps)}
+    return {**means, "iteration_ms": round(iteration, 2) if iteration else None}
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ of the link's rate the data used, and the time the link carried no data in gaps 
 IDLE_S (what a link-bound model would have filled); per peer, the share of the pair's busy
 time in which both directions moved at once. Then the run's throughput. Prints and
 writes nothing else. `--acks-first` (an experiment, not the bed's setting) gives packets of
-under 128 bytes (pure ACKs, gloo's control messages) a class of their own out of every host,
-so that they no longer wait behind the data queued for their peer. Needs root, network
+under 128 bytes (pure ACKs, gloo's control messages) a class of their own on both sides of
+every host's link (bed_probe.small_packets_first). Needs root, network
 namespaces and tcpdump.
 """
 
@@ -30,12 +30,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from bed_probe import SERVERS, small_packets_first  # noqa: E402
 from control_queue_probe import CONTROL_BYTES, packets  # noqa: E402
 
 from hetbench import testbed  # noqa: E402
 from hetbench.testbed.measure import link_bound_matrix, measure_link, run_across  # noqa: E402
 
-SERVERS = {"ps-sync", "ps-async", "allreduce-backup", "async-diloco"}
 WARMUP = 10
 #: A silence in a direction's data longer than this counts as the link idle (a 64 KB segment
 #: takes 5.7 ms at 92 Mbit/s, so shorter silences are the queue serving other packets).
@@ -71,19 +71,6 @@ def both_ways(found, me: str, peer: str, t0: float, t1: float, rate: float) -> f
         for tick in range(int((t - t0) * 1e4), int((t - t0 + n / rate) * 1e4) + 1):  # 0.1 ms
             busy.setdefault(tick, set()).add(direction)
     return round(sum(len(v) == 2 for v in busy.values()) / max(len(busy), 1), 3)
-
-
-def small_packets_first(bed, host: str, rate: str) -> None:
-    """On the host's sending side (htb, testbed.shape_link): packets of under 128 bytes go to a
-    class guaranteed the whole rate, so the round robin serves them at every turn."""
-    ns = ["ip", "netns", "exec", bed.namespace(host)]
-    subprocess.run([*ns, "tc", "class", "add", "dev", "eth0", "parent", "1:1", "classid", "1:5",
-                    "htb", "rate", rate, "ceil", rate, "burst", "4kb", "cburst", "4kb",
-                    "quantum", "1514"], check=True)
-    # IP total length (bytes 2-3 of the header) below 128; before the per-peer filters (prio 1).
-    subprocess.run([*ns, "tc", "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip",
-                    "prio", "0", "u32", "match", "u16", "0x0000", "0xff80", "at", "2",
-                    "flowid", "1:5"], check=True)
 
 
 def main() -> None:
