@@ -82,6 +82,23 @@ def analyse(found, server: str, rate_bytes_s: float) -> dict:
             "median_since_burst_ms": statistics.median(since) * 1e3 if since else None}
 
 
+def captured_run(bed, host: str, hosts: int, matrix: Path, work: Path,
+                 timeout: float = 900) -> Path:
+    """The matrix across the bed's hosts h1..h<hosts> (testbed.measure.run_across, into
+    work/out) with tcpdump on `host`'s eth0 meanwhile (TCP headers only); the capture's path.
+    A failed run ends the probe with its error."""
+    pcap = work / f"{host}.pcap"
+    capture = bed.popen(host, ["tcpdump", "-i", "eth0", "-s", "96", "-w", str(pcap), "tcp"],
+                        stderr=subprocess.DEVNULL)
+    time.sleep(1)  # tcpdump listening before the first packet
+    done = run_across(bed, hosts, matrix, work / "out", timeout=timeout)
+    capture.terminate()
+    capture.wait(timeout=30)
+    if done.returncode:
+        raise SystemExit(f"run failed: {done.stderr[-2000:]}")
+    return pcap
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", default="100mbit")
@@ -98,15 +115,7 @@ def main() -> None:
         for host in bed.hosts:
             testbed.shape_link(bed, host, args.rate, queue="tbf")  # the FIFO it measures
         link = measure_link(bed)
-        pcap = work / "server.pcap"
-        capture = bed.popen(server_host, ["tcpdump", "-i", "eth0", "-s", "96", "-w", str(pcap),
-                                          "tcp"], stderr=subprocess.DEVNULL)
-        time.sleep(1)
-        done = run_across(bed, HOSTS, matrix, work / "out", timeout=600)
-        capture.terminate()
-        capture.wait(timeout=30)
-        if done.returncode:
-            raise SystemExit(f"run failed: {done.stderr[-2000:]}")
+        pcap = captured_run(bed, server_host, HOSTS, matrix, work, timeout=600)
         server_ip = bed.hosts[server_host]
         result = analyse(packets(pcap, server_ip), server_ip,
                          link["payload_gbps"] * 1e9 / 8)

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,10 +29,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bed_probe import SERVERS, small_packets_first  # noqa: E402
-from control_queue_probe import CONTROL_BYTES, packets  # noqa: E402
+from control_queue_probe import CONTROL_BYTES, captured_run, packets  # noqa: E402
 
 from hetbench import testbed  # noqa: E402
-from hetbench.testbed.measure import link_bound_matrix, measure_link, run_across  # noqa: E402
+from hetbench.testbed.measure import link_bound_matrix, measure_link  # noqa: E402
 
 WARMUP = 10
 #: A silence in a direction's data longer than this counts as the link idle (a 64 KB segment
@@ -96,15 +94,7 @@ def main() -> None:
             if args.acks_first:
                 small_packets_first(bed, host, args.rate)
         link = measure_link(bed)
-        pcap = work / "h1.pcap"
-        capture = bed.popen("h1", ["tcpdump", "-i", "eth0", "-s", "96", "-w", str(pcap), "tcp"],
-                            stderr=subprocess.DEVNULL)
-        time.sleep(1)
-        done = run_across(bed, args.hosts, matrix, work / "out", timeout=1200)
-        capture.terminate()
-        capture.wait(timeout=30)
-        if done.returncode:
-            raise SystemExit(f"run failed: {done.stderr[-2000:]}")
+        pcap = captured_run(bed, "h1", args.hosts, matrix, work, timeout=1200)
         h1 = bed.hosts["h1"]
         found = [p for p in packets(pcap, h1) if p[3] > CONTROL_BYTES]
     finally:

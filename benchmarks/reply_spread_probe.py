@@ -20,20 +20,18 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from control_queue_probe import CONTROL_BYTES, packets  # noqa: E402
+from control_queue_probe import CONTROL_BYTES, captured_run, packets  # noqa: E402
 
 from hetbench import testbed  # noqa: E402
-from hetbench.testbed.measure import link_bound_matrix, measure_link, run_across  # noqa: E402
+from hetbench.testbed.measure import link_bound_matrix, measure_link  # noqa: E402
 
 #: Rounds past which every figure is taken (the first ones set TCP's windows up).
 WARMUP_ROUNDS = 5
@@ -104,15 +102,7 @@ def main() -> None:
                         check=True, capture_output=True)
             testbed.shape_link(bed, host, args.rate, queue=args.queue)
         link = measure_link(bed)
-        pcap = work / "server.pcap"
-        capture = bed.popen(server_host, ["tcpdump", "-i", "eth0", "-s", "96", "-w", str(pcap),
-                                          "tcp"], stderr=subprocess.DEVNULL)
-        time.sleep(1)
-        done = run_across(bed, args.hosts, matrix, work / "out", timeout=900)
-        capture.terminate()
-        capture.wait(timeout=30)
-        if done.returncode:
-            raise SystemExit(f"run failed: {done.stderr[-2000:]}")
+        pcap = captured_run(bed, server_host, args.hosts, matrix, work)
         rate = link["payload_gbps"] * 1e9 / 8
         # Within a round the server's data pauses for at most a packet of each reply (64 KB
         # segments served in turn); between rounds, for a compute and a push at least.
