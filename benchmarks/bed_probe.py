@@ -23,10 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hetbench import testbed  # noqa: E402
-from hetbench.testbed.measure import link_bound_matrix, run_across  # noqa: E402
-
-SERVERS = {"ps-sync", "ps-async", "allreduce-backup", "async-diloco"}
-
+from hetbench.testbed.measure import bed_workers, link_bound_matrix, run_across  # noqa: E402
 
 #: TcpExt counters (/proc/net/netstat) that name a stall: a retransmission timeout, a tail
 #: loss probe, a delayed ACK, a zero window, a send that waited for buffer memory.
@@ -79,7 +76,7 @@ def main() -> None:
     parser.add_argument("--option", action="append", default=[],
                         help="KEY=VALUE for [algorithm.<name>] (TOML values), repeatable")
     args = parser.parse_args()
-    workers = args.hosts - 1 if args.algorithm in SERVERS else args.hosts - args.hosts % 2
+    workers = bed_workers(args.algorithm, args.hosts)
     matrix_text = link_bound_matrix("bed-probe", [args.algorithm], workers, args.iterations,
                                     args.hidden)
     if args.option:

@@ -39,6 +39,7 @@ from hetbench import testbed  # noqa: E402
 from hetbench.core.store import write_json_atomic  # noqa: E402
 from hetbench.testbed.measure import (  # noqa: E402
     STEADY_ITERATIONS,
+    bed_workers,
     link_bound_matrix,
     measure_link,
     network_table,
@@ -47,7 +48,6 @@ from hetbench.testbed.measure import (  # noqa: E402
 
 ALGORITHMS = ["allreduce", "ps-sync", "ps-async", "dpsgd", "adpsgd", "hop", "prague-static",
               "prague-smart", "sgp", "diloco"]
-SERVERS = {"ps-sync", "ps-async", "allreduce-backup", "async-diloco"}  # a server rank each
 
 
 def cpu_ticks() -> tuple[int, int]:
@@ -153,7 +153,7 @@ def main() -> None:
     for hosts in map(int, args.hosts.split(",")):
         groups: dict[int, list[str]] = {}
         for algorithm in algorithms:
-            workers = hosts - 1 if algorithm in SERVERS else hosts - hosts % 2
+            workers = bed_workers(algorithm, hosts)
             groups.setdefault(workers, []).append(algorithm)
         matrices = {}
         for workers, members in groups.items():

@@ -28,11 +28,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bed_probe import SERVERS, small_packets_first  # noqa: E402
+from bed_probe import small_packets_first  # noqa: E402
 from control_queue_probe import CONTROL_BYTES, captured_run, packets  # noqa: E402
 
 from hetbench import testbed  # noqa: E402
-from hetbench.testbed.measure import link_bound_matrix, measure_link  # noqa: E402
+from hetbench.testbed.measure import (  # noqa: E402
+    bed_workers,
+    link_bound_matrix,
+    measure_link,
+)
 
 WARMUP = 10
 #: A silence in a direction's data longer than this counts as the link idle (a 64 KB segment
@@ -80,7 +84,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=60)
     parser.add_argument("--acks-first", action="store_true")
     args = parser.parse_args()
-    workers = args.hosts - 1 if args.algorithm in SERVERS else args.hosts - args.hosts % 2
+    workers = bed_workers(args.algorithm, args.hosts)
     work = Path(tempfile.mkdtemp(prefix="link-busy-"))
     matrix = work / "probe.toml"
     matrix.write_text(link_bound_matrix("link-busy", [args.algorithm], workers,

@@ -175,8 +175,8 @@ EVENT_TIMES = ("t_start", "t_end", "skip_ns")
 
 class _ReadOnce:
     """A run's files read so far in a runs_read_once() scope: event logs while they hold
-    fewer than `limit` lines in all, and the small JSON files (config, summary, done records)
-    by path."""
+    fewer than `limit` lines in all, and the small JSON files (config, summary, env, done
+    records) by path."""
 
     def __init__(self, limit: int):
         self.limit, self.lines = limit, 0
@@ -192,8 +192,8 @@ _read_once: contextvars.ContextVar[_ReadOnce | None] = contextvars.ContextVar(
 def runs_read_once(limit: int = 2_000_000) -> Iterator[None]:
     """Within it, each file of a run is read from disk once: read_events reads each rank's log
     once and later readers of that log get the same lines (as a new list: each reader copies a
-    line it changes, as the report's do); read_run_json parses a config, summary or done
-    record afresh from the text read the first time. A report reads every run's logs in its
+    line it changes, as the report's do); read_run_json parses a config, summary, env or
+    done record afresh from the text read the first time. A report reads every run's logs in its
     scan, its waits, its timeline and its trace, and its config and summary in the scan and the
     waits. The lines kept stay under `limit` (a simulated run's full events at 1,024 x 1,000
     are a million): beyond it, logs are read again. Nested scopes share the outermost one.

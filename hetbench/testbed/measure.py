@@ -84,6 +84,16 @@ LINK_BOUND_OPTIONS = {"prague-static": "workers_per_node = 2", "prague-smart": "
 STEADY_ITERATIONS = 120
 
 
+#: Algorithms with a server rank, which takes a bed host of its own.
+SERVER_ALGORITHMS = frozenset({"ps-sync", "ps-async", "allreduce-backup", "async-diloco"})
+
+
+def bed_workers(algorithm: str, hosts: int) -> int:
+    """Workers of a link-bound run on a bed of `hosts` one-rank hosts: every host but the
+    server's for an algorithm with one, else an even number (Prague's groups of two)."""
+    return hosts - 1 if algorithm in SERVER_ALGORITHMS else hosts - hosts % 2
+
+
 def link_bound_matrix(name: str, algorithms: list[str], workers: int,
                       iterations: int = STEADY_ITERATIONS, hidden: int = 1024) -> str:
     """A matrix whose every step is bound by a shaped bed's link rather than its compute:
