@@ -14,10 +14,11 @@ Hop kept the fair model's pace for about 50 iterations and then fell to 0.88-0.9
 tbf busying the bed's cores; under htb's queues the shaped run stays near fair
 (docs/results/2026-11-28-fair-transport-bed.md, "The bed's queue"). The issue asks for fair
 within 10% of the shaped run; across sittings the shaped run has been 1.02-1.06x of fair on
-some machines and 1.10-1.12x on others (2026-11-29: 1915.9, 1951.1 and 1952.7 samples/s
-against fair's 1742), so the test holds what every sitting measured, within 15%, and the
-comparison that decides between the models: fair nearer the shaped run than first come first
-served (which overstates Hop by 20-35%).
+some machines and 1.10-1.12x on others (2026-11-29: this test 1951.1 samples/s against fair's
+1742.0; two probes of Hop's 4 workers on a 5-host bed 1915.9 and 1952.7 against 1739.1), so the
+test holds what every sitting measured, within 15%, and the comparison that decides between the
+models: fair nearer the shaped run than first come first served (which overstated Hop by 23-35%
+on 4 and 5 hosts: shaped / fcfs 0.74-0.81).
 """
 
 from __future__ import annotations
