@@ -174,8 +174,9 @@ class FlowNetwork:
             if not c > 0:  # also rejects NaN
                 raise ValueError(f"port {p}'s capacity must be > 0, got {c}")
         self._capacity = [float(c) for c in capacities]
-        # Per port, the flows crossing it, in start order (a dict: ordered, O(1) removal).
-        self._on_port: list[dict[Hashable, _Flow]] = [{} for _ in capacities]
+        #: Per port, the flows crossing it, in start order (a dict: ordered, O(1) removal).
+        #: Callers read it (is a port idle?) and never change it.
+        self.on_port: list[dict[Hashable, _Flow]] = [{} for _ in capacities]
         self._flows: dict[Hashable, _Flow] = {}
         self._now = 0.0
         self._seq = 0
@@ -189,6 +190,11 @@ class FlowNetwork:
         #: Flows whose rates the last start or finish set one by one (a recompute's component,
         #: a flow alone, a pool's new members); a pool's rate change counts none.
         self.last_recompute = 0
+        #: Flows started by start_later at the network's time, on their ports, their rates
+        #: not yet set, and pools whose completion entry an extension made stale: settle()'s.
+        self._unplaced: list[_Flow] = []
+        self._extended: dict[int, _Pool] = {}
+        self._unsettled = False
 
     @property
     def now(self) -> float:
@@ -208,6 +214,8 @@ class FlowNetwork:
         finish()."""
         if not t >= self._now:
             raise ValueError(f"time {t} is before the network's time {self._now}")
+        if self._unsettled and t > self._now:
+            self.settle()
         self._now = t
 
     def start(self, flow_id: Hashable, ports: Sequence[int], nbytes: float, t: float,
@@ -246,8 +254,10 @@ class FlowNetwork:
         with a new id, distinct existing ports, finite nbytes >= 0 and cap > 0 (the simulator's
         transport, which starts a flow for every message it moves)."""
         self.advance(t)
+        if self._unsettled:
+            self.settle()
         self.last_recompute = 0
-        on_port, moving = self._on_port, []
+        on_port, moving = self.on_port, []
         for flow_id, ports, nbytes, cap in flows:
             flow = self._new_flow(flow_id, ports, nbytes, cap)
             if nbytes == 0:
@@ -259,6 +269,10 @@ class FlowNetwork:
             for p in ports:
                 on_port[p][flow_id] = flow
             moving.append(flow)
+        self._place_all(moving)
+
+    def _place_all(self, moving: list[_Flow]) -> None:
+        """Set the rates of flows that have just started together, on their ports."""
         others: list[_Flow] = []  # neither alone nor pooled: progressive filling, once
         for flow in moving:
             if flow.pool is not None:  # a pool formed by an earlier one of the batch
@@ -273,31 +287,98 @@ class FlowNetwork:
         """start_checked for one flow with bytes to move (nbytes > 0: the transport's
         commonest start), without the batch's lists."""
         self.advance(t)
+        if self._unsettled:
+            self.settle()
         self.last_recompute = 0
         flow = self._new_flow(flow_id, ports, nbytes, cap)
-        on_port = self._on_port
+        on_port = self.on_port
         for p in ports:
             on_port[p][flow_id] = flow
         if not self._placed(flow):
             self._recompute(ports, [flow])
 
+    def start_later(self, t: float, flow_id: Hashable, ports: tuple[int, ...], nbytes: float,
+                    cap: float) -> None:
+        """start_one, its rate set together with those of the other flows started at t, at
+        the network's next question about rates or times (or settle()): n flows into one port
+        at one instant (a server's replies, pushes from workers in step) then cost one
+        recompute, as start_many's, where n start_one calls cost n."""
+        self.advance(t)
+        flow = self._new_flow(flow_id, ports, nbytes, cap)
+        on_port = self.on_port
+        for p in ports:
+            on_port[p][flow_id] = flow
+        self._unplaced.append(flow)
+        self._unsettled = True
+
+    def settle(self) -> None:
+        """Set the rates of the flows start_later began, and renew the completion entries of
+        the pools whose members extend() lengthened (each query does this first)."""
+        self._unsettled = False
+        if self._extended:
+            pools, self._extended = self._extended, {}
+            for port, pool in pools.items():
+                if self._pools.get(port) is pool:
+                    self._push_pool(pool)
+        if self._unplaced:
+            moving, self._unplaced = self._unplaced, []
+            self.last_recompute = 0
+            self._place_all(moving)
+
     def _new_flow(self, flow_id: Hashable, ports: tuple[int, ...], nbytes: float,
                   cap: float) -> _Flow:
         """A flow starting now, in the network but not yet on its ports."""
+        flow = _Flow(flow_id, self._seq, ports, nbytes, self._now, cap, self.bound(ports, cap))
+        self._seq += 1
+        self._flows[flow_id] = flow
+        return flow
+
+    def bound(self, ports: tuple[int, ...], cap: float) -> float:
+        """A flow's rate alone on its ports: its narrowest port, or its cap."""
         bound, capacity = cap, self._capacity
         for p in ports:
             if capacity[p] < bound:
                 bound = capacity[p]
-        flow = _Flow(flow_id, self._seq, ports, nbytes, self._now, cap, bound)
+        return bound
+
+    # -- flows kept outside while alone ---------------------------------------------------------
+    # A flow alone on its ports moves at its bound until another flow starts on one of them,
+    # so a caller that knows it is alone may time it itself (its end is known at its start)
+    # and hand it over only when another flow comes: reserve() gives it its place in the
+    # start order (which breaks ties) at its start, adopt() takes it in, in the state the
+    # network would have kept it in.
+
+    def reserve(self) -> int:
+        """The start order of a flow starting now that the caller keeps outside while it is
+        alone on its ports."""
+        seq = self._seq
         self._seq += 1
+        return seq
+
+    def adopt(self, flow_id: Hashable, seq: int, ports: tuple[int, ...], nbytes: float,
+              left: float, at: float, cap: float) -> None:
+        """Take in a flow of nbytes (reserve()'s `seq`) that has moved alone on its ports at
+        its bound, `left` bytes still to move at time `at` (<= now): as start_one and
+        extend would have left it. Its ports must carry no other flow."""
+        if self._unsettled:
+            self.settle()
+        on_port = self.on_port
+        if any(on_port[p] for p in ports) or flow_id in self._flows:
+            raise ValueError(f"flow {flow_id!r} is not alone on its ports")
+        flow = _Flow(flow_id, seq, ports, nbytes, at, cap, self.bound(ports, cap))
+        flow.left = left
+        flow.rate = flow.bound
+        flow.version = next(self._stamps)
         self._flows[flow_id] = flow
-        return flow
+        for p in ports:
+            on_port[p][flow_id] = flow
+        self._push(flow, flow.version)
 
     def _placed(self, flow: _Flow) -> bool:
         """Set a new flow's rate where no progressive filling is needed: alone on its ports
         (the commonest start: no other flow's rate changes), or joining the pool of its one
         shared port. False: its component is for _recompute."""
-        on_port = self._on_port
+        on_port = self.on_port
         shared = [p for p in flow.ports if len(on_port[p]) > 1]
         if not shared:
             self.last_recompute += 1
@@ -322,9 +403,11 @@ class FlowNetwork:
 
     def finish_checked(self, flow_ids: list) -> None:
         """finish_many at the network's time for flows its caller knows are in it (due()'s)."""
+        if self._unsettled:
+            self.settle()
         freed: list[int] = []
         left: dict[int, _Pool] = {}  # the pools members left, by port
-        on_port = self._on_port
+        on_port = self.on_port
         for flow_id in flow_ids:
             flow = self._flows.pop(flow_id)
             pool = flow.pool
@@ -355,6 +438,8 @@ class FlowNetwork:
         """Give a flow in the network nbytes more to move, at its rate: every port keeps the
         same flows, so no rate changes and nothing is recomputed (a message whose sender's
         send returned before its last bytes left goes on as the same flow)."""
+        if self._unplaced:  # its rate must be set (pools extended before may wait)
+            self.settle()
         flow = self._flows[flow_id]
         if not nbytes >= 0 or not flow.nbytes:
             raise ValueError(f"flow {flow_id!r}: can extend a flow with bytes by nbytes >= 0, "
@@ -366,7 +451,10 @@ class FlowNetwork:
         if pool is not None:
             flow.target = pool.service_at(self._now) + left
             heapq.heappush(pool.targets, (flow.target, flow.seq, flow))
-            self._push_pool(pool)  # its head may have changed
+            # Its head may have changed: the pool's entry is renewed once, at settle(), for
+            # all of its members extended at this instant.
+            self._extended[pool.port] = pool
+            self._unsettled = True
             return
         flow.left, flow.at = left, self._now
         flow.version = next(self._stamps)  # its old completion entry is stale
@@ -381,6 +469,8 @@ class FlowNetwork:
         """due(); without `keep`, for a caller that finishes or extends every flow it returns
         at once (the transport), their completion entries leave the heap here rather than
         going back into it to be skipped as stale later."""
+        if self._unsettled:
+            self.settle()
         done, found, popped, now = self._done, [], [], self._now
         while done:
             when, seq, version, flow = done[0]
@@ -391,7 +481,7 @@ class FlowNetwork:
                 if flow.pool is None:
                     found.append((when, seq, flow.fid))
                 else:
-                    found += self._pool_due(flow.pool)
+                    found += self._pool_due(flow.pool, keep)
             else:
                 break
         if keep:
@@ -401,16 +491,19 @@ class FlowNetwork:
             found.sort(key=lambda entry: entry[:2])
         return [fid for _, _, fid in found]
 
-    def _pool_due(self, pool: _Pool) -> list[tuple[float, int, Hashable]]:
-        """(finish time, start order, id) of a pool's members complete by now."""
-        targets, out, keep, now = pool.targets, [], [], self._now
+    def _pool_due(self, pool: _Pool, keep: bool) -> list[tuple[float, int, Hashable]]:
+        """(finish time, start order, id) of a pool's members complete by now; their target
+        entries leave the pool's heap unless `keep` (take_due's)."""
+        targets, out, kept, now = pool.targets, [], [], self._now
         while (head := pool.head()) is not None:
             when = head.finish_time()
             if not (when <= now or head.left_at(now) == 0.0):
                 break
-            keep.append(heapq.heappop(targets))
+            entry = heapq.heappop(targets)
+            if keep:
+                kept.append(entry)
             out.append((when, head.seq, head.fid))
-        for entry in keep:
+        for entry in kept:
             heapq.heappush(targets, entry)
         return out
 
@@ -424,6 +517,8 @@ class FlowNetwork:
     def next_time(self) -> float | None:
         """next_completion()'s time alone (the transport's question); its entry is then the
         completion heap's first."""
+        if self._unsettled:
+            self.settle()
         done = self._done
         while done:
             when, _, version, flow = done[0]
@@ -437,11 +532,15 @@ class FlowNetwork:
     def rate(self, flow_id: Hashable) -> float:
         """A flow's rate now, bytes per second (0 for a zero-byte flow, inf for a flow with
         neither ports nor cap)."""
+        if self._unsettled:
+            self.settle()
         flow = self._flows[flow_id]
         return flow.rate if flow.pool is None else flow.pool.rate
 
     def remaining(self, flow_id: Hashable) -> float:
         """A flow's bytes still to move at the network's time (0 once complete)."""
+        if self._unsettled:
+            self.settle()
         return self._flows[flow_id].left_at(self._now)
 
     def _current(self, flow: _Flow, version: int) -> bool:
@@ -472,7 +571,7 @@ class FlowNetwork:
         it, or forming one with the port's flows): True if it could be, else False (its
         rates are then for progressive filling)."""
         capacity = self._capacity[port]
-        flows = self._on_port[port]
+        flows = self.on_port[port]
         share = capacity / len(flows)
         if capacity == math.inf or flow.bound < share:
             return False
@@ -481,7 +580,7 @@ class FlowNetwork:
             # A pool forms if the port's flows share nothing else and none is bounded below
             # the even share (the new flow's other ports carry it alone: `port` is its only
             # shared one).
-            on_port = self._on_port
+            on_port = self.on_port
             for f in flows.values():
                 if f is not flow and (f.pool is not None or f.bound < share or any(
                         q != port and len(on_port[q]) > 1 for q in f.ports)):
@@ -512,7 +611,7 @@ class FlowNetwork:
         if pool.service > POOL_REBASE_BYTES:
             # Keep targets and service small, so that their difference (a member's bytes
             # left) keeps its precision however long the pool lives.
-            members = self._on_port[pool.port].values()
+            members = self.on_port[pool.port].values()
             for f in members:
                 f.target -= pool.service
             pool.service = 0.0
@@ -529,7 +628,7 @@ class FlowNetwork:
         """The pool's members become ordinary flows, at the pool's rate until recomputed."""
         now = self._now
         del self._pools[pool.port]
-        for f in self._on_port[pool.port].values():
+        for f in self.on_port[pool.port].values():
             f.left = f.left_at(now)
             f.pool = None
             f.at, f.rate = now, pool.rate
@@ -545,7 +644,7 @@ class FlowNetwork:
         queue = list(dict.fromkeys(ports))
         seen_ports = set(queue)
         component_ports: list[int] = []
-        on_port = self._on_port
+        on_port = self.on_port
         while queue:
             p = queue.pop()
             component_ports.append(p)
@@ -578,7 +677,7 @@ class FlowNetwork:
         if len(flows) == 1:  # alone on its ports
             self._set_rate(flows[0], flows[0].bound)
             return
-        on_port = self._on_port
+        on_port = self.on_port
         residual = {p: self._capacity[p] for p in comp_ports}
         unfrozen = {p: len(on_port[p]) for p in comp_ports}
         version = dict.fromkeys(comp_ports, 0)

@@ -47,13 +47,38 @@ __all__ = ["ANY", "Transport"]
 SOCKET_BUFFER_BYTES = 4 * 2**20
 
 
+class _Lone:
+    """A flow alone on its ports since its start (`start`), at its bound `rate`: its `first`
+    bytes are out at `sent_at` (its send returns, `returned` once it has), and its `rest`
+    (the socket buffer's) at `end`. `live` until it has been delivered or handed over to the
+    FlowNetwork."""
+
+    __slots__ = ("delivered", "end", "fid", "first", "link", "live", "rest", "returned",
+                 "sent", "sent_at", "seq", "start")
+
+    def __init__(self, fid, seq, link, first, sent, delivered, rest, rate, start):
+        self.fid, self.seq, self.link = fid, seq, link
+        self.first, self.sent, self.delivered, self.rest = first, sent, delivered, rest
+        self.start = start
+        # The times the FlowNetwork would give it: finish_time() of `first` bytes from start,
+        # then of `rest` more from there (extend).
+        self.sent_at = start + first / rate
+        self.end = self.sent_at + rest / rate if rest > 0 else self.sent_at
+        self.live, self.returned = True, False
+
+
 class Transport:
     """One run's fair transport over its Cluster (network/model.py), on a clock `engine`:
     `engine.now` (the current event's time, in cluster seconds) and `engine.at(t, fn, *args)`
-    (call fn(*args) at time t; callbacks of one time in the order they were scheduled)."""
+    (call fn(*args) at time t; callbacks of one time in the order they were scheduled).
 
-    def __init__(self, engine, cluster):
+    `shortcuts=False` puts every flow into the FlowNetwork at once, with its rates set as it
+    starts: the reference that lone flows and settled starts are tested against (they give
+    the same times, and differ only in the order of callbacks due at one instant)."""
+
+    def __init__(self, engine, cluster, shortcuts: bool = True):
         self.engine, self.cluster = engine, cluster
+        self._shortcuts = shortcuts
         self.flows = FlowNetwork([cluster.nic_rate(p // 2) for p in range(cluster.ports)])
         # gloo moves no message before its receive is posted, whatever its size.
         self.rendezvous = Rendezvous(eager_bytes=0.0)
@@ -65,10 +90,15 @@ class Transport:
         self._check = 0
         #: When the pending check runs (inf: none pending).
         self._check_at = float("inf")
+        #: Whether a _settled call is pending at this instant.
+        self._settling = False
         #: _link's answers by (src, dst), as messages ask.
         self._links: dict[tuple[int, int], tuple] = {}
         #: The inter-node link's rate, which bounds every flow between nodes.
         self._inter = cluster.config.inter_gbps * GBIT
+        #: Per port, the lone flow (_Lone) last started on it, if any: it holds the port
+        #: while it is live and its end is still ahead.
+        self._held: list[_Lone | None] = [None] * cluster.ports
 
     def send(self, src: int, dst: int, nbytes: float, at: float, delivered: tuple,
              sent: tuple | None = None, key: Hashable = 0) -> None:
@@ -113,20 +143,26 @@ class Transport:
             return
         steps = m - 1 if broadcast else 2 * (m - 1)
         edge_bytes = steps * sum(sizes) / m
-        latency, started = 0.0, []
+        latency, shared = 0.0, []
         ring = [m, 0.0, done]  # edges still moving, the ring's latency, the callback
         for i, src in enumerate(ranks):
             dst = ranks[(i + 1) % m]
-            link_s, rate, inside, (ports, cap, _) = self._link(src, dst)
+            link_s, rate, inside, (ports, cap, _), bound = self._link(src, dst)
             latency = max(latency, link_s)
             if inside:  # the node's bus: shared with nobody
                 self.engine.at(now + edge_bytes / rate, self._edge_done, ring)
-            else:  # the ring adds its steps' latency at its end
-                started.append(self._flow((ports, cap, 0.0), edge_bytes, None,
-                                          (self._edge_done, ring), 0.0))
+                continue
+            # The ring adds its steps' latency at its end. Its edges share no port with each
+            # other (each rank sends to one and receives from one).
+            edge = ((ports, cap, 0.0), edge_bytes, None, (self._edge_done, ring), 0.0)
+            if edge_bytes > 0 and self._shortcuts and self._alone(ports, now):
+                self._lone(edge, bound, now)
+            else:
+                self._claim(ports, now)
+                shared.append(self._flow(*edge))
         ring[1] = steps * len(sizes) * latency
-        if started:
-            self.flows.start_checked(now, started)
+        if shared:
+            self.flows.start_checked(now, shared)
             self._schedule()
 
     def _edge_done(self, ring: list) -> None:
@@ -161,7 +197,7 @@ class Transport:
         buffer's bytes."""
         engine = self.engine
         now, nbytes = engine.now, m.nbytes
-        latency, rate, inside, link = self._link(m.src, m.dst)
+        latency, rate, inside, link, bound = self._link(m.src, m.dst)
         delivered, sent = m.payload
         buffered = min(nbytes, SOCKET_BUFFER_BYTES)
         if inside:
@@ -174,30 +210,113 @@ class Transport:
             return
         returned = None
         if nbytes > buffered:  # the send returns once the rest fits in the buffer
-            fid, ports, nbytes, cap = self._flow(link, nbytes - buffered, sent, delivered,
-                                                 buffered)
+            flow = (link, nbytes - buffered, sent, delivered, buffered)
         else:
             returned = sent
-            fid, ports, nbytes, cap = self._flow(link, nbytes, None, delivered, 0.0)
-        if nbytes > 0:
-            self.flows.start_one(now, fid, ports, nbytes, cap)
+            flow = (link, nbytes, None, delivered, 0.0)
+        ports = link[0]
+        if nbytes > 0 and self._shortcuts and self._alone(ports, now):
+            self._lone(flow, bound, now)
         else:
-            self.flows.start_checked(now, [(fid, ports, nbytes, cap)])
-        self._schedule()
+            self._claim(ports, now)
+            fid, ports, nbytes, cap = self._flow(*flow)
+            if nbytes > 0 and self._shortcuts:
+                # Its rate is set with those of the others that start at this instant (a
+                # server's replies, an incast), once these callbacks have run.
+                self.flows.start_later(now, fid, ports, nbytes, cap)
+                if not self._settling:
+                    self._settling = True
+                    engine.at(now, self._settled)
+            else:
+                self.flows.start_checked(now, [(fid, ports, nbytes, cap)])
+                self._schedule()
         if returned is not None:
             returned[0](*returned[1:])
 
-    def _link(self, src: int, dst: int) -> tuple[float, float, bool, tuple]:
-        """(latency, rate, inside one node, (ports, cap, latency) of its flows) from src to
-        dst: fixed for a run under fair (no network slowdown), so looked up once per pair.
-        Between nodes the NICs are shared ports and the switch's link bounds the flow."""
+    # -- lone flows: timed here while alone on their ports -------------------------------------
+    # Most messages of the point-to-point protocols move alone on their two NICs (a worker
+    # sends one message at a time, a server takes one push at a time): such a flow moves at
+    # its bound from its first byte to its last unless another flow starts on one of its
+    # ports, so its send's return and its end are known at its start. It is timed by two
+    # callbacks of the clock and never enters the FlowNetwork, whose completion checks cost
+    # several times more; the first flow to start on one of its ports hands it over
+    # (_claim), in the state the network would have kept it in.
+
+    def _alone(self, ports: tuple[int, ...], now: float) -> bool:
+        """Whether a flow starting now on `ports` would be alone on them."""
+        on_port, held = self.flows.on_port, self._held
+        for p in ports:
+            if on_port[p]:
+                return False
+            lone = held[p]
+            if lone is not None and lone.live and lone.end > now:
+                return False
+        return True
+
+    def _lone(self, flow: tuple, bound: float, now: float) -> None:
+        """Time a flow (link, first bytes, sent, delivered, rest) alone on its ports."""
+        link, first, sent, delivered, rest = flow
+        lone = _Lone(next(self._ids), self.flows.reserve(), link, first, sent, delivered, rest,
+                     bound, now)
+        for p in link[0]:
+            self._held[p] = lone
+        if rest > 0 and sent is not None:
+            self.engine.at(lone.sent_at, self._lone_sent, lone)
+        self.engine.at(lone.end + link[2], self._lone_delivered, lone)
+
+    def _lone_sent(self, lone: _Lone) -> None:
+        """The first bytes are out: the send returns, the buffer's bytes go on."""
+        if lone.live:
+            lone.returned = True
+            lone.sent[0](*lone.sent[1:])
+
+    def _lone_delivered(self, lone: _Lone) -> None:
+        """Its last byte left at its end, a link latency ago."""
+        if lone.live:
+            lone.live = False
+            lone.delivered[0](*lone.delivered[1:])
+
+    def _claim(self, ports: tuple[int, ...], now: float) -> None:
+        """Before a flow starts on `ports`: hand the lone flows still moving on them over to
+        the FlowNetwork (their callbacks here no longer run)."""
+        held = self._held
+        for p in ports:
+            lone = held[p]
+            if lone is None:
+                continue
+            held[p] = None
+            if not (lone.live and lone.end > now):
+                continue
+            lone.live = False
+            link = lone.link
+            ports_, cap, _ = link
+            if lone.rest > 0 and (lone.returned or (lone.sent is None and lone.sent_at <= now)):
+                # Extended by its buffer's bytes at sent_at, as _complete does.
+                nbytes, left, at = lone.first + lone.rest, lone.rest, lone.sent_at
+                self._moving[lone.fid] = (link, None, lone.delivered, 0.0)
+            else:
+                nbytes, left, at = lone.first, lone.first, lone.start
+                self._moving[lone.fid] = (link, lone.sent, lone.delivered, lone.rest)
+            self.flows.adopt(lone.fid, lone.seq, ports_, nbytes, left, at, cap)
+
+    def _settled(self) -> None:
+        """The flows started at this instant: their rates, and the check at the next end."""
+        self._settling = False
+        self._schedule()
+
+    def _link(self, src: int, dst: int) -> tuple[float, float, bool, tuple, float]:
+        """(latency, rate, inside one node, (ports, cap, latency) of its flows, a flow's rate
+        alone on them) from src to dst: fixed for a run under fair (no network slowdown), so
+        looked up once per pair. Between nodes the NICs are shared ports and the switch's link
+        bounds the flow."""
         link = self._links.get((src, dst))
         if link is None:
             cluster = self.cluster
             latency, rate = cluster.link(src, dst)
+            ports = (egress(src), ingress(dst))
             link = self._links[(src, dst)] = (
                 latency, rate, cluster.node[src] == cluster.node[dst],
-                ((egress(src), ingress(dst)), self._inter, latency))
+                (ports, self._inter, latency), self.flows.bound(ports, self._inter))
         return link
 
     def _flow(self, link: tuple, nbytes: float, sent, delivered, rest: float) -> tuple:

@@ -3,6 +3,7 @@ its receiver posted a matching receive, flows that cross one NIC share it, and a
 concurrent replies arrive together; "fcfs", the default, is the model as it was."""
 
 import itertools
+import random
 import subprocess
 import sys
 
@@ -11,8 +12,9 @@ import pytest
 from hetbench.api import Protocol, UserError
 from hetbench.core.config import RunConfig
 from hetbench.core.store import read_jsonl
-from hetbench.network.model import GBIT
-from hetbench.network.transport import SOCKET_BUFFER_BYTES
+from hetbench.network.model import GBIT, Cluster, NetworkConfig
+from hetbench.network.transport import ANY, SOCKET_BUFFER_BYTES, Transport
+from hetbench.sim.clock import Clock
 from hetbench.sim.model import ComputeModel, NetworkModel, SimModels, layout
 from hetbench.sim.run import simulate
 from tests.helpers import sim_only_algorithm
@@ -342,3 +344,55 @@ def test_the_transports_old_path_still_imports_and_says_where_it_went():
         old = importlib.import_module("hetbench.sim.transport")
     assert old.ANY == hetbench.api.ANY == hetbench.network.transport.ANY
     assert old.Transport is hetbench.network.transport.Transport
+
+
+def _random_traffic(seed: int, shortcuts: bool) -> dict:
+    """Messages between 8 ranks (2 a node) at random times, sizes on both sides of the socket
+    buffer, receives posted before and after their sends (some from ANY), and now and then a
+    ring or a rank's replies to four others at one instant (a pool at its NIC): {(what, i):
+    when} for every send's return, delivery and ring's end."""
+    rng = random.Random(seed)
+    ranks = 8
+    cluster = Cluster(NetworkConfig(workers_per_node=2, nic_gbps=1.0, inter_gbps=1.5,
+                                    inter_latency_us=30.0), ranks, ranks)
+    clock = Clock()
+    transport = Transport(clock, cluster, shortcuts=shortcuts)
+    times: dict = {}
+
+    def record(what):
+        times[what] = clock.now
+
+    t = 0.0
+    for i in range(300):
+        t += rng.expovariate(60.0)  # messages of up to 9 MB take up to 72 ms: they overlap
+        if rng.random() < 0.05:
+            members = rng.sample(range(ranks), rng.randint(2, 4))
+            transport.rings(members, [rng.uniform(1e5, 2e6)], t, (record, ("ring", i)))
+            continue
+        if rng.random() < 0.1:  # a server's replies: one rank to several at one instant
+            src = rng.randrange(ranks)
+            for j, dst in enumerate(rng.sample([r for r in range(ranks) if r != src], 4)):
+                clock.at(t, transport.post_receive, dst, src, "reply")
+                clock.at(t, transport.send, src, dst, (5 + j) * 1e6, t,
+                         (record, ("delivered", i, j)), (record, ("sent", i, j)), "reply")
+            continue
+        src, dst = rng.sample(range(ranks), 2)
+        nbytes = rng.choice([0.0, rng.uniform(1e3, 1e6), rng.uniform(3e6, 9e6)])
+        key = rng.randrange(2)
+        clock.at(t, transport.send, src, dst, nbytes, t, (record, ("delivered", i)),
+                 (record, ("sent", i)), key)
+        posted = max(0.0, t + rng.uniform(-0.03, 0.03))
+        source = ANY if rng.random() < 0.2 else src
+        clock.at(posted, transport.post_receive, dst, source, key)
+    clock.drain()
+    return times
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_lone_flows_and_settled_starts_give_the_reference_transports_times(seed):
+    # A flow alone on its NICs is timed by the transport itself and handed to the FlowNetwork
+    # when another flow starts on one of them; flows that start at one instant get their
+    # rates together. Neither may move any message's times.
+    fast, reference = _random_traffic(seed, True), _random_traffic(seed, False)
+    assert fast.keys() == reference.keys() and len(fast) > 400
+    assert fast == pytest.approx(reference, rel=1e-9, abs=1e-12)
