@@ -762,7 +762,10 @@ class Pending:
     receives: int
 
 
-class _Message:
+class Message:
+    """A message a Rendezvous keeps until a receive takes it: `eager` if its bytes moved from
+    its send on."""
+
     __slots__ = ("dst", "eager", "key", "nbytes", "payload", "sent_at", "seq", "src")
 
     def __init__(self, src, dst, key, nbytes, payload, sent_at, seq, eager):
@@ -814,8 +817,8 @@ class Rendezvous:
         self._seq = 0
         # Unmatched messages (large ones waiting, eager ones not yet received): per stream in
         # send order, and per (dst, key) over every source in call order, for ANY receives.
-        self._stream: dict[tuple, deque[_Message]] = {}
-        self._to_dst: dict[tuple, OrderedDict[int, _Message]] = {}
+        self._stream: dict[tuple, deque[Message]] = {}
+        self._to_dst: dict[tuple, OrderedDict[int, Message]] = {}
         # Posted receives not yet matched, (post order, time): from one source, from ANY.
         self._receives: dict[tuple, deque[tuple[int, float]]] = {}
         self._any: dict[tuple, deque[tuple[int, float]]] = {}
@@ -832,26 +835,50 @@ class Rendezvous:
         if not nbytes >= 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
         eager = nbytes <= self.eager_bytes
-        seq, self._seq = self._seq, self._seq + 1
+        receive = self._take_receive(src, dst, key)
+        if receive is not None:  # matched at once: no Message to keep
+            self._seq += 1
+            return [_match(src, dst, key, nbytes, payload, t, receive, eager)]
+        message = self._wait(src, dst, key, nbytes, payload, t, eager)
+        return [message.match(None)] if eager else []
+
+    def offer(self, src: int, dst: int, key: Hashable, nbytes: float, t: float,
+              payload: Any = None) -> bool:
+        """send() for a caller that checks its own arguments and needs to know only whether
+        the message's bytes move now (a receive was waiting for it, or it is eager): no Match
+        is made (the transport, for every message it moves)."""
         # Invariant: a receive waits only while no message it could take does, so a new
         # message either pairs with the earliest posted receive that can take it or waits.
-        receive = self._take_receive(src, dst, key)
-        if receive is not None:  # matched at once: no _Message to keep
-            return [_match(src, dst, key, nbytes, payload, t, receive, eager)]
-        message = _Message(src, dst, key, nbytes, payload, t, seq, eager)
+        if self._take_receive(src, dst, key) is not None:
+            self._seq += 1
+            return True
+        eager = nbytes <= self.eager_bytes
+        self._wait(src, dst, key, nbytes, payload, t, eager)
+        return eager
+
+    def _wait(self, src, dst, key, nbytes, payload, t, eager) -> Message:
+        """A message no receive takes yet, kept for the first that will."""
+        message = Message(src, dst, key, nbytes, payload, t, self._seq, eager)
+        self._seq += 1
         stream = (src, dst, key)
         self._stream.setdefault(stream, deque()).append(message)
         self._to_dst.setdefault((dst, key), OrderedDict())[message.seq] = message
         if eager:
             self._waiting_eager += 1
-            return [message.match(None)]
-        self._waiting_sends += 1
-        return []
+        else:
+            self._waiting_sends += 1
+        return message
 
     def post_receive(self, dst: int, src: int, key: Hashable, t: float) -> list[Match]:
         """A receive posted by dst at time t for a message from src (or ANY) with `key`;
         returns the Match it completes, if a message was waiting (see the class docstring
         for an eager one)."""
+        message = self.take(dst, src, key, t)
+        return [] if message is None else [message.match(t)]
+
+    def take(self, dst: int, src: int, key: Hashable, t: float) -> Message | None:
+        """post_receive for a caller that needs only the Message its receive takes, if one
+        was waiting (its bytes move from now unless it is eager); else the receive waits."""
         message = self._take_message(src, dst, key)
         if message is None:
             self._seq += 1
@@ -862,12 +889,12 @@ class Rendezvous:
                 waiting = queues[where] = deque()
             waiting.append((self._seq, t))
             self._waiting_receives += 1
-            return []
+            return None
         if message.eager:
             self._waiting_eager -= 1
         else:
             self._waiting_sends -= 1
-        return [message.match(t)]
+        return message
 
     def pending(self) -> Pending:
         return Pending(self._waiting_sends, self._waiting_eager, self._waiting_receives)
@@ -889,7 +916,7 @@ class Rendezvous:
         self._waiting_receives -= 1
         return t
 
-    def _take_message(self, src: int, dst: int, key: Hashable) -> _Message | None:
+    def _take_message(self, src: int, dst: int, key: Hashable) -> Message | None:
         """Remove the unmatched message a receive (dst, src or ANY, key) takes, or None."""
         to_dst = self._to_dst.get((dst, key))
         if not to_dst:

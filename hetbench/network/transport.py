@@ -177,28 +177,25 @@ class Transport:
             fn(*args)
 
     def _send(self, src, dst, nbytes, delivered, sent, key) -> None:
-        matched = self.rendezvous.send(src, dst, key, nbytes, self.engine.now,
-                                       (delivered, sent))
-        if matched:  # at most one (flows.Rendezvous)
-            self._start(matched[0])
+        if self.rendezvous.offer(src, dst, key, nbytes, self.engine.now, (delivered, sent)):
+            self._start(src, dst, nbytes, delivered, sent)
 
     def _receive(self, dst, src, key) -> None:
-        matched = self.rendezvous.post_receive(dst, src, key, self.engine.now)
+        message = self.rendezvous.take(dst, src, key, self.engine.now)
         # Most receives are posted before their message is sent; an eager message that was
         # waiting has moved since its send.
-        if matched and not matched[0].eager:
-            self._start(matched[0])
+        if message is not None and not message.eager:
+            self._start(message.src, dst, message.nbytes, *message.payload)
 
-    def _start(self, m) -> None:
+    def _start(self, src, dst, nbytes, delivered, sent) -> None:
         """A matched message's flow, from now: over both NICs between nodes (limited to the
         inter-node link as well); inside a node, at the node's bus rate with no flow (the
         model does not share the bus, as it does not queue there). A message larger than the
         socket buffer returns its send once the rest fits, and its flow goes on with the
         buffer's bytes."""
         engine = self.engine
-        now, nbytes = engine.now, m.nbytes
-        latency, rate, inside, link, bound = self._link(m.src, m.dst)
-        delivered, sent = m.payload
+        now = engine.now
+        latency, rate, inside, link, bound = self._link(src, dst)
         buffered = min(nbytes, SOCKET_BUFFER_BYTES)
         if inside:
             engine.at(now + nbytes / rate + latency, *delivered)
