@@ -15,6 +15,8 @@ results/benchmarks/sim_scale-<workers>x<iterations>.json (the --out directory).
 
     .venv/bin/python benchmarks/sim_scale.py --workers 16384 --iterations 40 \
         --algorithms hop --compare /tmp/old --rounds 3    # /tmp/old: git worktree add /tmp/old REV
+    .venv/bin/python benchmarks/sim_scale.py --matrix matrices/transport-speed.toml \
+        --compare-transport fcfs --algorithms hop,ps-sync --rounds 4    # fair against fcfs
 
 Machines of the same kind differ (one took 1.5-2x as long as another for the same code, and one
 drifted by half within minutes), so the JSON also records a reference: the seconds a fixed
@@ -30,6 +32,7 @@ import datetime
 import heapq
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -46,9 +49,10 @@ ALGORITHMS = ("allreduce", "allreduce-backup", "ps-sync", "ps-async", "dpsgd", "
 
 
 def simulate(algorithm: str, args: argparse.Namespace, out: str,
-             tree: Path | None = None) -> dict:
-    """One `bench sim` process; `tree`: run that checkout's hetbench (PYTHONPATH) instead."""
-    command = [str(BENCH), "sim", str(args.matrix),
+             tree: Path | None = None, matrix: Path | None = None) -> dict:
+    """One `bench sim` process; `tree`: run that checkout's hetbench (PYTHONPATH) instead;
+    `matrix`: that matrix instead of --matrix."""
+    command = [str(BENCH), "sim", str(matrix or args.matrix),
                "--algorithms", algorithm, "--workers", str(args.workers),
                "--iterations", str(args.iterations), "--slowdown", args.slowdown,
                "--seeds", "1", "--out", out]
@@ -90,30 +94,59 @@ def reference_s(events: int = 400_000) -> float:
     return best
 
 
+def with_transport(matrix: Path, transport: str, directory: str) -> Path:
+    """A copy of `matrix` (in `directory`) whose [network] table sets `transport`."""
+    text, count = re.subn(r'(?m)^transport\s*=\s*"[^"]*"', f'transport = "{transport}"',
+                          matrix.read_text())
+    if count != 1:
+        sys.exit(f"{matrix}: --compare-transport needs one `transport = ...` line in its "
+                 f"[network] table, found {count}")
+    copy = Path(directory) / f"{matrix.stem}-{transport}.toml"
+    copy.write_text(text)
+    return copy
+
+
 def compare(args: argparse.Namespace) -> dict:
-    """--compare TREE: each algorithm in TREE's hetbench and in this one, alternating for
-    --rounds rounds (the first of each pair swapped every round), CPU time (user + system) of
-    each `bench sim` process: the machine's drift hits both versions alike."""
-    trees = {"compared": args.compare.resolve(), "this": ROOT}
-    rows = []
-    for algorithm in args.algorithms.split(","):
-        cpu = {name: [] for name in trees}
-        throughput = {}
-        for round_ in range(args.rounds):
-            order = list(trees.items()) if round_ % 2 == 0 else list(trees.items())[::-1]
-            for name, tree in order:
-                with tempfile.TemporaryDirectory() as tmp:
-                    row = simulate(algorithm, args, tmp, tree)
-                cpu[name].append(row["cpu_s"])
-                throughput[name] = row["throughput"]
-        best = {name: min(times) for name, times in cpu.items()}
-        rows.append({"algorithm": algorithm, "cpu_s": cpu, "throughput": throughput})
-        print(f"{algorithm:17s} CPU s, min / median of {args.rounds}: compared "
-              f"{best['compared']:6.2f} / {statistics.median(cpu['compared']):6.2f}, this "
-              f"{best['this']:6.2f} / {statistics.median(cpu['this']):6.2f}, "
-              f"{best['compared'] / best['this']:.2f}x; same throughput: "
-              f"{throughput['compared'] == throughput['this']}", flush=True)
-    return {"compare": str(trees["compared"]), "rounds": args.rounds, "comparisons": rows}
+    """--compare TREE: each algorithm in TREE's hetbench and in this one; --compare-transport
+    NAME: under --matrix and under its copy with that transport. Alternating for --rounds rounds
+    (the first of each pair swapped every round), CPU time (user + system) and wall time of
+    each `bench sim` process: the machine's drift hits both alike, and each round's ratio of
+    this to compared is taken within the round."""
+    with tempfile.TemporaryDirectory() as matrices:
+        if args.compare is not None:
+            variants = {"compared": (args.compare.resolve(), None), "this": (ROOT, None)}
+            compared = str(variants["compared"][0])
+        else:
+            copy = with_transport(args.matrix, args.compare_transport, matrices)
+            variants = {"compared": (None, copy), "this": (None, None)}
+            compared = f"transport = {args.compare_transport!r}"
+        rows = [compare_one(algorithm, args, variants)
+                for algorithm in args.algorithms.split(",")]
+    return {"compare": compared, "rounds": args.rounds, "comparisons": rows}
+
+
+def compare_one(algorithm: str, args: argparse.Namespace, variants: dict) -> dict:
+    cpu = {name: [] for name in variants}
+    wall = {name: [] for name in variants}
+    throughput = {}
+    for round_ in range(args.rounds):
+        order = list(variants.items()) if round_ % 2 == 0 else list(variants.items())[::-1]
+        for name, (tree, matrix) in order:
+            with tempfile.TemporaryDirectory() as tmp:
+                row = simulate(algorithm, args, tmp, tree, matrix)
+            cpu[name].append(row["cpu_s"])
+            wall[name].append(row["wall_s"])
+            throughput[name] = row["throughput"]
+    best = {name: min(times) for name, times in cpu.items()}
+    ratios = sorted(t / c for t, c in zip(wall["this"], wall["compared"], strict=True))
+    print(f"{algorithm:17s} CPU s, min / median of {args.rounds}: compared "
+          f"{best['compared']:6.2f} / {statistics.median(cpu['compared']):6.2f}, this "
+          f"{best['this']:6.2f} / {statistics.median(cpu['this']):6.2f}, "
+          f"{best['compared'] / best['this']:.2f}x; wall, this / compared by round: median "
+          f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f}); same "
+          f"throughput: {throughput['compared'] == throughput['this']}", flush=True)
+    return {"algorithm": algorithm, "cpu_s": cpu, "wall_s": wall, "throughput": throughput,
+            "wall_ratio_by_round": ratios}
 
 
 def main() -> None:
@@ -129,12 +162,17 @@ def main() -> None:
     parser.add_argument("--compare", type=Path, metavar="TREE",
                         help="another checkout (e.g. a git worktree of an older commit): CPU "
                              "time of its bench sim against this one's, alternating")
+    parser.add_argument("--compare-transport", metavar="NAME",
+                        help="the same matrix with [network] transport = NAME: CPU and wall "
+                             "time of --matrix's bench sim against it, alternating")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     reference_before = reference_s()
     print(f"reference (fixed pure-Python event loop): {reference_before:.3f} s", flush=True)
     rows, compared = [], {}
-    if args.compare is not None:
+    if args.compare is not None and args.compare_transport is not None:
+        parser.error("--compare and --compare-transport compare one thing each: give one")
+    if args.compare is not None or args.compare_transport is not None:
         compared = compare(args)
     else:
         for algorithm in args.algorithms.split(","):
@@ -148,7 +186,7 @@ def main() -> None:
     print(f"reference after the runs: {reference_after:.3f} s ({drift:+.0%})"
           + ("; the machine drifted during the sitting" if abs(drift) > 0.15 else ""), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    kind = "sim_scale" if args.compare is None else "sim_compare"
+    kind = "sim_scale" if not compared else "sim_compare"
     matrix = "" if args.matrix.stem == "sim-scale" else f"{args.matrix.stem}-"
     path = args.out / f"{kind}-{matrix}{args.workers}x{args.iterations}.json"
     path.write_text(json.dumps({
