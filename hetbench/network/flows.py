@@ -136,7 +136,8 @@ class _Pool:
         return None
 
     def min_bound(self) -> float:
-        """The lowest of the members' own bounds (cap and other ports)."""
+        """The lowest of the members' own bounds (cap and other ports) below the port's
+        capacity, else inf (a bound at or above it is at or above every even share)."""
         bounds = self.bounds
         while bounds:
             if bounds[0][2].pool is self:
@@ -602,7 +603,8 @@ class FlowNetwork:
         flow.pool = pool
         pool.members += 1
         heapq.heappush(pool.targets, (flow.target, flow.seq, flow))
-        heapq.heappush(pool.bounds, (flow.bound, flow.seq, flow))
+        if flow.bound < pool.capacity:  # else never below an even share of the port
+            heapq.heappush(pool.bounds, (flow.bound, flow.seq, flow))
 
     def _pool_rate(self, pool: _Pool) -> None:
         """A pool's rate from now on: its port's even share among its members."""
