@@ -167,7 +167,10 @@ class FlowNetwork:
     calls on one component would cost n recomputes of it. Flows that share only one port and
     are bounded there (an incast, a server's replies) are kept as a _Pool: a start or finish
     among them costs O(log n) (`pools=False` recomputes them as any others: the reference the
-    pools are tested against).
+    pools are tested against). A caller that starts flows one at a time within an instant
+    (the transport: each message as its receive is posted) gets start_many's single recompute
+    with start_later. A caller may keep a flow that is alone on its ports outside the network
+    and hand it over when another comes (reserve, adopt).
     """
 
     def __init__(self, capacities: Sequence[float], pools: bool = True):
