@@ -17,6 +17,8 @@ results/benchmarks/sim_scale-<workers>x<iterations>.json (the --out directory).
         --algorithms hop --compare /tmp/old --rounds 3    # /tmp/old: git worktree add /tmp/old REV
     .venv/bin/python benchmarks/sim_scale.py --matrix matrices/transport-speed.toml \
         --compare-transport fcfs --algorithms hop,ps-sync --rounds 4    # fair against fcfs
+    .venv/bin/python benchmarks/sim_scale.py --matrix matrices/transport-speed.toml \
+        --compare-transport fcfs --compare /tmp/old --rounds 2   # ... against fcfs at /tmp/old
 
 Machines of the same kind differ (one took 1.5-2x as long as another for the same code, and one
 drifted by half within minutes), so the JSON also records a reference: the seconds a fixed
@@ -108,18 +110,19 @@ def with_transport(matrix: Path, transport: str, directory: str) -> Path:
 
 def compare(args: argparse.Namespace) -> dict:
     """--compare TREE: each algorithm in TREE's hetbench and in this one; --compare-transport
-    NAME: under --matrix and under its copy with that transport. Alternating for --rounds rounds
+    NAME: under --matrix and under its copy with that transport (both: TREE's hetbench under
+    the copy, e.g. fcfs before the fair transport's work). Alternating for --rounds rounds
     (the first of each pair swapped every round), CPU time (user + system) and wall time of
     each `bench sim` process: the machine's drift hits both alike, and each round's ratio of
     this to compared is taken within the round."""
     with tempfile.TemporaryDirectory() as matrices:
-        if args.compare is not None:
-            variants = {"compared": (args.compare.resolve(), None), "this": (ROOT, None)}
-            compared = str(variants["compared"][0])
-        else:
-            copy = with_transport(args.matrix, args.compare_transport, matrices)
-            variants = {"compared": (None, copy), "this": (None, None)}
-            compared = f"transport = {args.compare_transport!r}"
+        tree = None if args.compare is None else args.compare.resolve()
+        matrix = (None if args.compare_transport is None
+                  else with_transport(args.matrix, args.compare_transport, matrices))
+        variants = {"compared": (tree, matrix), "this": (ROOT, None)}
+        compared = ", ".join(
+            ([str(tree)] if tree else [])
+            + ([f"transport = {args.compare_transport!r}"] if args.compare_transport else []))
         rows = [compare_one(algorithm, args, variants)
                 for algorithm in args.algorithms.split(",")]
     return {"compare": compared, "rounds": args.rounds, "comparisons": rows}
@@ -170,8 +173,6 @@ def main() -> None:
     reference_before = reference_s()
     print(f"reference (fixed pure-Python event loop): {reference_before:.3f} s", flush=True)
     rows, compared = [], {}
-    if args.compare is not None and args.compare_transport is not None:
-        parser.error("--compare and --compare-transport compare one thing each: give one")
     if args.compare is not None or args.compare_transport is not None:
         compared = compare(args)
     else:
