@@ -148,6 +148,8 @@ class ClusterNetwork:
 
         self.cluster = cluster
         self.ledger = Ledger(cluster.ports)
+        #: round_trip_alone's answers, by (worker, server, push bytes, pull bytes).
+        self._round_trips: dict[tuple, float] = {}
         #: Under transport = "fair" the engine's Transport moves every message as a flow: no
         #: message or ring may be booked first come first served beside them (post and ring
         #: refuse).
@@ -197,10 +199,18 @@ class ClusterNetwork:
     def round_trip_alone(self, worker: int, server: int, push_bytes: float,
                          pull_bytes: float) -> float:
         """A push to `server` and its pull back on idle links, queued nowhere: the part of a
-        worker's step that is its own communication (the rest is waiting)."""
-        push = self.cluster.transfer(worker, server, push_bytes)
-        pull = self.cluster.transfer(server, worker, pull_bytes)
-        return push.latency_s + push.busy_s + pull.latency_s + pull.busy_s
+        worker's step that is its own communication (the rest is waiting). Asked at every
+        step of a server's workers, and fixed for a pair unless a network slowdown moves its
+        NICs' rates: kept per pair then."""
+        key = (worker, server, push_bytes, pull_bytes)
+        known = self._round_trips.get(key)
+        if known is None:
+            push = self.cluster.transfer(worker, server, push_bytes)
+            pull = self.cluster.transfer(server, worker, pull_bytes)
+            known = push.latency_s + push.busy_s + pull.latency_s + pull.busy_s
+            if self.cluster.nic_factor is None:
+                self._round_trips[key] = known
+        return known
 
     @staticmethod
     def _first_come(what: str) -> None:
