@@ -198,7 +198,6 @@ class FlowNetwork:
         #: not yet set, and pools whose completion entry an extension made stale: settle()'s.
         self._unplaced: list[_Flow] = []
         self._extended: dict[int, _Pool] = {}
-        self._unsettled = False
 
     @property
     def now(self) -> float:
@@ -218,7 +217,7 @@ class FlowNetwork:
         finish()."""
         if not t >= self._now:
             raise ValueError(f"time {t} is before the network's time {self._now}")
-        if self._unsettled and t > self._now:
+        if t > self._now and (self._unplaced or self._extended):
             self.settle()
         self._now = t
 
@@ -258,7 +257,7 @@ class FlowNetwork:
         with a new id, distinct existing ports, finite nbytes >= 0 and cap > 0 (the simulator's
         transport, which starts a flow for every message it moves)."""
         self.advance(t)
-        if self._unsettled:
+        if self._unplaced or self._extended:
             self.settle()
         self.last_recompute = 0
         on_port, moving = self.on_port, []
@@ -286,39 +285,23 @@ class FlowNetwork:
         if others:
             self._recompute([p for f in others for p in f.ports], others)
 
-    def start_one(self, t: float, flow_id: Hashable, ports: tuple[int, ...], nbytes: float,
-                  cap: float) -> None:
-        """start_checked for one flow with bytes to move (nbytes > 0: the transport's
-        commonest start), without the batch's lists."""
-        self.advance(t)
-        if self._unsettled:
-            self.settle()
-        self.last_recompute = 0
-        flow = self._new_flow(flow_id, ports, nbytes, cap)
-        on_port = self.on_port
-        for p in ports:
-            on_port[p][flow_id] = flow
-        if not self._placed(flow):
-            self._recompute(ports, [flow])
-
     def start_later(self, t: float, flow_id: Hashable, ports: tuple[int, ...], nbytes: float,
                     cap: float) -> None:
-        """start_one, its rate set together with those of the other flows started at t, at
-        the network's next question about rates or times (or settle()): n flows into one port
-        at one instant (a server's replies, pushes from workers in step) then cost one
-        recompute, as start_many's, where n start_one calls cost n."""
+        """One flow with bytes to move (nbytes > 0), checked by its caller as start_checked's,
+        its rate set together with those of the other flows started at t at the network's
+        next question about rates or times (or settle()): the transport starts each message
+        as its receive is posted, and n flows into one port at one instant (a server's
+        replies, pushes from workers in step) then cost one recompute, as start_many's."""
         self.advance(t)
         flow = self._new_flow(flow_id, ports, nbytes, cap)
         on_port = self.on_port
         for p in ports:
             on_port[p][flow_id] = flow
         self._unplaced.append(flow)
-        self._unsettled = True
 
     def settle(self) -> None:
         """Set the rates of the flows start_later began, and renew the completion entries of
         the pools whose members extend() lengthened (each query does this first)."""
-        self._unsettled = False
         if self._extended:
             pools, self._extended = self._extended, {}
             for port, pool in pools.items():
@@ -362,9 +345,9 @@ class FlowNetwork:
     def adopt(self, flow_id: Hashable, seq: int, ports: tuple[int, ...], nbytes: float,
               left: float, at: float, cap: float) -> None:
         """Take in a flow of nbytes (reserve()'s `seq`) that has moved alone on its ports at
-        its bound, `left` bytes still to move at time `at` (<= now): as start_one and
-        extend would have left it. Its ports must carry no other flow."""
-        if self._unsettled:
+        its bound, `left` bytes still to move at time `at` (<= now): as a start and
+        extend() would have left it. Its ports must carry no other flow."""
+        if self._unplaced or self._extended:
             self.settle()
         on_port = self.on_port
         if any(on_port[p] for p in ports) or flow_id in self._flows:
@@ -407,7 +390,7 @@ class FlowNetwork:
 
     def finish_checked(self, flow_ids: list) -> None:
         """finish_many at the network's time for flows its caller knows are in it (due()'s)."""
-        if self._unsettled:
+        if self._unplaced or self._extended:
             self.settle()
         freed: list[int] = []
         left: dict[int, _Pool] = {}  # the pools members left, by port
@@ -458,7 +441,6 @@ class FlowNetwork:
             # Its head may have changed: the pool's entry is renewed once, at settle(), for
             # all of its members extended at this instant.
             self._extended[pool.port] = pool
-            self._unsettled = True
             return
         flow.left, flow.at = left, self._now
         flow.version = next(self._stamps)  # its old completion entry is stale
@@ -473,7 +455,7 @@ class FlowNetwork:
         """due(); without `keep`, for a caller that finishes or extends every flow it returns
         at once (the transport), their completion entries leave the heap here rather than
         going back into it to be skipped as stale later."""
-        if self._unsettled:
+        if self._unplaced or self._extended:
             self.settle()
         done, found, popped, now = self._done, [], [], self._now
         while done:
@@ -521,7 +503,7 @@ class FlowNetwork:
     def next_time(self) -> float | None:
         """next_completion()'s time alone (the transport's question); its entry is then the
         completion heap's first."""
-        if self._unsettled:
+        if self._unplaced or self._extended:
             self.settle()
         done = self._done
         while done:
@@ -536,14 +518,14 @@ class FlowNetwork:
     def rate(self, flow_id: Hashable) -> float:
         """A flow's rate now, bytes per second (0 for a zero-byte flow, inf for a flow with
         neither ports nor cap)."""
-        if self._unsettled:
+        if self._unplaced or self._extended:
             self.settle()
         flow = self._flows[flow_id]
         return flow.rate if flow.pool is None else flow.pool.rate
 
     def remaining(self, flow_id: Hashable) -> float:
         """A flow's bytes still to move at the network's time (0 once complete)."""
-        if self._unsettled:
+        if self._unplaced or self._extended:
             self.settle()
         return self._flows[flow_id].left_at(self._now)
 
@@ -840,31 +822,29 @@ class Rendezvous:
         if not nbytes >= 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
         eager = nbytes <= self.eager_bytes
-        receive = self._take_receive(src, dst, key)
-        if receive is not None:  # matched at once: no Message to keep
-            self._seq += 1
-            return [_match(src, dst, key, nbytes, payload, t, receive, eager)]
-        message = self._wait(src, dst, key, nbytes, payload, t, eager)
-        return [message.match(None)] if eager else []
+        receive = self._pair(src, dst, key, nbytes, payload, t, eager)
+        if receive is None and not eager:
+            return []
+        return [_match(src, dst, key, nbytes, payload, t, receive, eager)]
 
     def offer(self, src: int, dst: int, key: Hashable, nbytes: float, t: float,
               payload: Any = None) -> bool:
         """send() for a caller that checks its own arguments and needs to know only whether
         the message's bytes move now (a receive was waiting for it, or it is eager): no Match
         is made (the transport, for every message it moves)."""
+        eager = nbytes <= self.eager_bytes
+        return self._pair(src, dst, key, nbytes, payload, t, eager) is not None or eager
+
+    def _pair(self, src, dst, key, nbytes, payload, t, eager) -> float | None:
+        """A new message: the time of the receive it pairs with at once, or None (it is kept
+        for the first receive that will take it)."""
+        seq, self._seq = self._seq, self._seq + 1
         # Invariant: a receive waits only while no message it could take does, so a new
         # message either pairs with the earliest posted receive that can take it or waits.
-        if self._take_receive(src, dst, key) is not None:
-            self._seq += 1
-            return True
-        eager = nbytes <= self.eager_bytes
-        self._wait(src, dst, key, nbytes, payload, t, eager)
-        return eager
-
-    def _wait(self, src, dst, key, nbytes, payload, t, eager) -> Message:
-        """A message no receive takes yet, kept for the first that will."""
-        message = Message(src, dst, key, nbytes, payload, t, self._seq, eager)
-        self._seq += 1
+        receive = self._take_receive(src, dst, key)
+        if receive is not None:
+            return receive
+        message = Message(src, dst, key, nbytes, payload, t, seq, eager)
         stream = (src, dst, key)
         self._stream.setdefault(stream, deque()).append(message)
         self._to_dst.setdefault((dst, key), OrderedDict())[message.seq] = message
@@ -872,7 +852,7 @@ class Rendezvous:
             self._waiting_eager += 1
         else:
             self._waiting_sends += 1
-        return message
+        return None
 
     def post_receive(self, dst: int, src: int, key: Hashable, t: float) -> list[Match]:
         """A receive posted by dst at time t for a message from src (or ANY) with `key`;

@@ -348,8 +348,9 @@ def run_schedule(net, schedule, transports_calls=False):
     """Start each (t, fid, ports, nbytes, cap) at t, completing flows in order in between (the
     simulator's loop); a negative nbytes extends flow fid by -nbytes instead. Returns
     {flow id: finish time} and the sum of last_recompute over every call. With
-    `transports_calls`, through the calls network/transport.py makes (start_one, next_time,
-    take_due, finish_checked) instead of the checked public ones."""
+    `transports_calls`, through the calls network/transport.py makes (start_later, settled
+    at the start's instant as the transport's _settled does; next_time, take_due,
+    finish_checked) instead of the checked public ones."""
     finished, work = {}, 0
 
     def complete_until(limit):
@@ -382,7 +383,8 @@ def run_schedule(net, schedule, transports_calls=False):
                 net.extend(fid, -nbytes)
             continue
         if transports_calls:
-            net.start_one(t, fid, tuple(ports), nbytes, cap)
+            net.start_later(t, fid, tuple(ports), nbytes, cap)
+            net.settle()
         else:
             net.start(fid, ports, nbytes, t, cap=cap)
         work += net.last_recompute
