@@ -84,15 +84,14 @@ LINK_BOUND_OPTIONS = {"prague-static": "workers_per_node = 2", "prague-smart": "
 STEADY_ITERATIONS = 120
 
 
-def bed_workers(algorithm: str, hosts: int) -> int:
-    """Workers of a link-bound run on a bed of `hosts` one-rank hosts: every host but its
-    server ranks' (Algorithm.server_ranks, with its default options) for an algorithm with
-    any, else an even number (Prague's groups of two)."""
-    from hetbench.core.registry import ALGORITHMS
+#: Algorithms with a server rank, which takes a bed host of its own.
+SERVER_ALGORITHMS = frozenset({"ps-sync", "ps-async", "allreduce-backup", "async-diloco"})
 
-    cls = ALGORITHMS.get(algorithm)
-    servers = cls.server_ranks(cls.Config(), hosts)
-    return hosts - servers if servers else hosts - hosts % 2
+
+def bed_workers(algorithm: str, hosts: int) -> int:
+    """Workers of a link-bound run on a bed of `hosts` one-rank hosts: every host but the
+    server's for an algorithm with one, else an even number (Prague's groups of two)."""
+    return hosts - 1 if algorithm in SERVER_ALGORITHMS else hosts - hosts % 2
 
 
 def link_bound_matrix(name: str, algorithms: list[str], workers: int,
