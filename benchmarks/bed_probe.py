@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hetbench import testbed  # noqa: E402
+from hetbench.core.registry import ALGORITHMS  # noqa: E402
 from hetbench.testbed.measure import bed_workers, link_bound_matrix, run_across  # noqa: E402
 
 #: TcpExt counters (/proc/net/netstat) that name a stall: a retransmission timeout, a tail
@@ -30,6 +31,12 @@ from hetbench.testbed.measure import bed_workers, link_bound_matrix, run_across 
 STALLS = ("TCPTimeouts", "TCPLossProbes", "DelayedACKs", "TCPFromZeroWindowAdv",
           "TCPToZeroWindowAdv", "TCPWantZeroWindowAdv", "TCPSlowStartRetrans",
           "TCPSpuriousRTOs", "TCPMemoryPressures")
+
+
+def workers_on_bed(algorithm: str, hosts: int) -> int:
+    """bed_workers for `algorithm` under its default options, with its own server ranks."""
+    cls = ALGORITHMS.get(algorithm)
+    return bed_workers(hosts, cls.server_ranks(cls.Config(), hosts - 1))
 
 
 def tcp_counters(bed, host: str) -> dict[str, int]:
@@ -76,7 +83,7 @@ def main() -> None:
     parser.add_argument("--option", action="append", default=[],
                         help="KEY=VALUE for [algorithm.<name>] (TOML values), repeatable")
     args = parser.parse_args()
-    workers = bed_workers(args.algorithm, args.hosts)
+    workers = workers_on_bed(args.algorithm, args.hosts)
     matrix_text = link_bound_matrix("bed-probe", [args.algorithm], workers, args.iterations,
                                     args.hidden)
     if args.option:

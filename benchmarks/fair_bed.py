@@ -34,12 +34,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bed_probe import workers_on_bed  # noqa: E402
 
 from hetbench import testbed  # noqa: E402
 from hetbench.core.store import write_json_atomic  # noqa: E402
 from hetbench.testbed.measure import (  # noqa: E402
     STEADY_ITERATIONS,
-    bed_workers,
     link_bound_matrix,
     measure_link,
     network_table,
@@ -153,7 +155,7 @@ def main() -> None:
     for hosts in map(int, args.hosts.split(",")):
         groups: dict[int, list[str]] = {}
         for algorithm in algorithms:
-            workers = bed_workers(algorithm, hosts)
+            workers = workers_on_bed(algorithm, hosts)
             groups.setdefault(workers, []).append(algorithm)
         matrices = {}
         for workers, members in groups.items():

@@ -28,12 +28,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bed_probe import small_packets_first  # noqa: E402
+from bed_probe import small_packets_first, workers_on_bed  # noqa: E402
 from control_queue_probe import CONTROL_BYTES, captured_run, packets  # noqa: E402
 
 from hetbench import testbed  # noqa: E402
 from hetbench.testbed.measure import (  # noqa: E402
-    bed_workers,
     link_bound_matrix,
     measure_link,
 )
@@ -84,7 +83,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=60)
     parser.add_argument("--acks-first", action="store_true")
     args = parser.parse_args()
-    workers = bed_workers(args.algorithm, args.hosts)
+    workers = workers_on_bed(args.algorithm, args.hosts)
     work = Path(tempfile.mkdtemp(prefix="link-busy-"))
     matrix = work / "probe.toml"
     matrix.write_text(link_bound_matrix("link-busy", [args.algorithm], workers,

@@ -84,14 +84,11 @@ LINK_BOUND_OPTIONS = {"prague-static": "workers_per_node = 2", "prague-smart": "
 STEADY_ITERATIONS = 120
 
 
-#: Algorithms with a server rank, which takes a bed host of its own.
-SERVER_ALGORITHMS = frozenset({"ps-sync", "ps-async", "allreduce-backup", "async-diloco"})
-
-
-def bed_workers(algorithm: str, hosts: int) -> int:
+def bed_workers(hosts: int, server_ranks: int) -> int:
     """Workers of a link-bound run on a bed of `hosts` one-rank hosts: every host but the
-    server's for an algorithm with one, else an even number (Prague's groups of two)."""
-    return hosts - 1 if algorithm in SERVER_ALGORITHMS else hosts - hosts % 2
+    servers' for an algorithm with `server_ranks` (its Algorithm.server_ranks, which the caller
+    asks: the testbed sits below the registry), else an even number (Prague's groups of two)."""
+    return hosts - server_ranks if server_ranks else hosts - hosts % 2
 
 
 def link_bound_matrix(name: str, algorithms: list[str], workers: int,
