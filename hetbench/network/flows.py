@@ -845,9 +845,16 @@ class Rendezvous:
         if receive is not None:
             return receive
         message = Message(src, dst, key, nbytes, payload, t, seq, eager)
+        # get, then make: setdefault would build a container on every call.
         stream = (src, dst, key)
-        self._stream.setdefault(stream, deque()).append(message)
-        self._to_dst.setdefault((dst, key), OrderedDict())[message.seq] = message
+        queue = self._stream.get(stream)
+        if queue is None:
+            queue = self._stream[stream] = deque()
+        queue.append(message)
+        to_dst = self._to_dst.get((dst, key))
+        if to_dst is None:
+            to_dst = self._to_dst[(dst, key)] = OrderedDict()
+        to_dst[seq] = message
         if eager:
             self._waiting_eager += 1
         else:

@@ -53,11 +53,11 @@ class _Lone:
     and its `rest` (the socket buffer's) at `end`. `live` until it has been delivered or
     handed over to the FlowNetwork."""
 
-    __slots__ = ("delivered", "end", "fid", "first", "link", "live", "rest", "returned",
-                 "sent", "sent_at", "seq", "start")
+    __slots__ = ("delivered", "end", "first", "link", "live", "rest", "returned", "sent",
+                 "sent_at", "seq", "start")
 
-    def __init__(self, fid, seq, link, first, sent, delivered, rest, rate, start):
-        self.fid, self.seq, self.link = fid, seq, link
+    def __init__(self, seq, link, first, sent, delivered, rest, rate, start):
+        self.seq, self.link = seq, link
         self.first, self.sent, self.delivered, self.rest = first, sent, delivered, rest
         self.start = start
         # The times the FlowNetwork would give it: finish_time() of `first` bytes from start,
@@ -115,8 +115,8 @@ class Transport:
         """A blocking send from src now, then src's receive from `receive_from` (a peer, or
         ANY) on `receive_key` once it returns: a worker's request and the wait for its reply,
         or a serving loop's reply and its next receive."""
-        self.send(src, dst, nbytes, self.engine.now, delivered,
-                  sent=(self.post_receive, src, receive_from, receive_key), key=key)
+        self._send(src, dst, nbytes, delivered, (self._receive, src, receive_from, receive_key),
+                   key)
 
     def post_receive(self, dst: int, src: int, key: Hashable = 0,
                      at: float | None = None) -> None:
@@ -253,8 +253,7 @@ class Transport:
     def _lone(self, flow: tuple, bound: float, now: float) -> None:
         """Time a flow (link, first bytes, sent, delivered, rest) alone on its ports."""
         link, first, sent, delivered, rest = flow
-        lone = _Lone(next(self._ids), self.flows.reserve(), link, first, sent, delivered, rest,
-                     bound, now)
+        lone = _Lone(self.flows.reserve(), link, first, sent, delivered, rest, bound, now)
         for p in link[0]:
             self._held[p] = lone
         if rest > 0 and sent is not None:
@@ -285,16 +284,17 @@ class Transport:
             if not (lone.live and lone.end > now):
                 continue
             lone.live = False
+            fid = next(self._ids)  # its id in the network, from the hand-over
             link = lone.link
             ports_, cap, _ = link
             if lone.rest > 0 and (lone.returned or (lone.sent is None and lone.sent_at <= now)):
                 # Extended by its buffer's bytes at sent_at, as _complete does.
                 nbytes, left, at = lone.first + lone.rest, lone.rest, lone.sent_at
-                self._moving[lone.fid] = (link, None, lone.delivered, 0.0)
+                self._moving[fid] = (link, None, lone.delivered, 0.0)
             else:
                 nbytes, left, at = lone.first, lone.first, lone.start
-                self._moving[lone.fid] = (link, lone.sent, lone.delivered, lone.rest)
-            self.flows.adopt(lone.fid, lone.seq, ports_, nbytes, left, at, cap)
+                self._moving[fid] = (link, lone.sent, lone.delivered, lone.rest)
+            self.flows.adopt(fid, lone.seq, ports_, nbytes, left, at, cap)
 
     def _settled(self) -> None:
         """The flows started at this instant: their rates, and the check at the next end."""
