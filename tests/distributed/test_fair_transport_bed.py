@@ -13,12 +13,12 @@ bridge.
 Hop kept the fair model's pace for about 50 iterations and then fell to 0.88-0.91x of it, with
 tbf busying the bed's cores; under htb's queues the shaped run stays near fair
 (docs/results/2026-11-28-fair-transport-bed.md, "The bed's queue"). The issue asks for fair
-within 10% of the shaped run; across sittings the shaped run has been 1.02-1.06x of fair on
-some machines and 1.10-1.12x on others (2026-11-29: this test 1951.1 samples/s against fair's
-1742.0; two probes of Hop's 4 workers on a 5-host bed 1915.9 and 1952.7 against 1739.1), so the
-test holds what every sitting measured, within 15%, and the comparison that decides between the
-models: fair nearer the shaped run than first come first served (which overstated Hop by 23-35%
-on 4 and 5 hosts: shaped / fcfs 0.74-0.81).
+within 10% of the shaped run. Until measure_link timed its bulk transfer where the bytes arrive
+it read the link 3.5-4.4% slow, and the shaped run was 1.02-1.12x of fair across sittings; on the
+link as it is (95.6 Mbit/s of payload), the same sittings' runs are 0.99-1.09x
+(docs/results/2026-11-28-fair-transport-bed.md, "The link's rate, timed where it arrives").
+The test also holds the comparison that decides between the models: fair nearer the shaped
+run than first come first served (which overstates Hop by 30-40% on 4 and 5 hosts).
 """
 
 from __future__ import annotations
@@ -82,5 +82,5 @@ def test_hops_shaped_run_is_nearer_its_fair_simulation_than_first_come(tmp_path)
     shaped = _throughput(tmp_path / "shaped")
     fair, fcfs = _simulated(tmp_path, link, "fair"), _simulated(tmp_path, link, "fcfs")
     figures = {"shaped": shaped, "fair": fair, "fcfs": fcfs, "link": link}
-    assert 0.85 <= shaped / fair <= 1.15, figures
+    assert 0.90 <= shaped / fair <= 1.10, figures
     assert abs(1 - shaped / fair) < abs(1 - shaped / fcfs), figures
