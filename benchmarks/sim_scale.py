@@ -142,12 +142,17 @@ def compare_one(algorithm: str, args: argparse.Namespace, variants: dict) -> dic
             throughput[name] = row["throughput"]
     best = {name: min(times) for name, times in cpu.items()}
     ratios = sorted(t / c for t, c in zip(wall["this"], wall["compared"], strict=True))
+    if args.compare_transport is None:  # one model in two trees: a speed change keeps it
+        result = f"same throughput: {throughput['compared'] == throughput['this']}"
+    else:  # two models, whose throughputs differ by design
+        result = (f"throughput this {throughput['this']:.1f}, compared "
+                  f"{throughput['compared']:.1f}")
     print(f"{algorithm:17s} CPU s, min / median of {args.rounds}: compared "
           f"{best['compared']:6.2f} / {statistics.median(cpu['compared']):6.2f}, this "
           f"{best['this']:6.2f} / {statistics.median(cpu['this']):6.2f}, "
           f"{best['compared'] / best['this']:.2f}x; wall, this / compared by round: median "
-          f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f}); same "
-          f"throughput: {throughput['compared'] == throughput['this']}", flush=True)
+          f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f}); {result}",
+          flush=True)
     return {"algorithm": algorithm, "cpu_s": cpu, "wall_s": wall, "throughput": throughput,
             "wall_ratio_by_round": ratios}
 
