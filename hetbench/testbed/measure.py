@@ -19,9 +19,9 @@ BULK_TIMED = 24 << 20
 
 #: The server and client halves of measure_link: a ping-pong, then a bulk transfer from the
 #: client, timed where its bytes arrive. Timed at the sender, from a sendall's return, it read
-#: 3.9% low (92 Mbit/s of payload on a 100 Mbit/s link, whose frames carry 95.6): a sendall
-#: returns once its bytes are in the socket buffer, so the timed span began with up to a
-#: buffer's bytes still to leave (docs/results/2026-11-28-fair-transport-bed.md, "The link's
+#: 3.5-4.4% low (91.4-92.3 Mbit/s of payload on a 100 Mbit/s link, whose frames carry 95.6): a
+#: sendall returns once its bytes are in the socket buffer, so the timed span began with up
+#: to a buffer's bytes still to leave (docs/results/2026-11-28-fair-transport-bed.md, "The link's
 #: rate, timed where it arrives").
 SERVER = f"""
 import socket, sys, time
