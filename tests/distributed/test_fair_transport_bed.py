@@ -15,7 +15,8 @@ tbf busying the bed's cores; under htb's queues the shaped run stays near fair
 (docs/results/2026-11-28-fair-transport-bed.md, "The bed's queue"). The issue asks for fair
 within 10% of the shaped run. Until measure_link timed its bulk transfer where the bytes arrive
 it read the link 3.5-4.4% slow, and the shaped run was 1.02-1.12x of fair across sittings; on the
-link as it is (95.6 Mbit/s of payload), the same sittings' runs are 0.99-1.09x
+link as it is (95.6 Mbit/s of payload), the same sittings' runs are 0.99-1.09x, and six runs
+of this test on 2026-11-29 were 0.97-1.07x
 (docs/results/2026-11-28-fair-transport-bed.md, "The link's rate, timed where it arrives").
 The test also holds the comparison that decides between the models: fair nearer the shaped
 run than first come first served (which overstates Hop by 30-40% on 4 and 5 hosts).
