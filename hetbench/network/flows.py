@@ -474,7 +474,7 @@ class FlowNetwork:
             for entry in popped:  # still valid: they leave the heap when finished
                 heapq.heappush(done, entry)
         if len(found) > 1:
-            found.sort(key=lambda entry: entry[:2])
+            found.sort()  # by (time, start order), unique: the ids are never compared
         return [fid for _, _, fid in found]
 
     def _pool_due(self, pool: _Pool, keep: bool) -> list[tuple[float, int, Hashable]]:
