@@ -112,6 +112,23 @@ def median_compute_ms(run_dir: Path) -> float:
     return statistics.median(computes) * 1e3 if computes else float("nan")
 
 
+def simulate_both(work: Path, matrices: dict[int, Path], link: dict,
+                  tag: str) -> dict[str, dict[str, float]]:
+    """algorithm -> {transport: throughput}: each of `matrices` (workers -> matrix) simulated
+    under fcfs and fair on the measured `link` (runs in `work`, named after `tag`)."""
+    simulated: dict[str, dict[str, float]] = {}
+    for transport in ("fcfs", "fair"):
+        for workers, matrix in matrices.items():
+            path = work / f"{tag}-{workers}-{transport}.toml"
+            path.write_text(matrix.read_text() + network_table(link, transport=transport))
+            out = work / path.stem
+            subprocess.run([sys.executable, "-m", "hetbench", "sim", str(path), "--out",
+                            str(out)], check=True, capture_output=True, cwd=ROOT)
+            for algorithm, summary in summaries(out).items():
+                simulated.setdefault(algorithm, {})[transport] = summary["throughput"]
+    return simulated
+
+
 def shaped_run(bed, hosts: int, matrix: Path, out: Path) -> dict:
     """Each algorithm's summary of the matrix run across the bed, with its median compute and
     the host's CPU busy share over its training iterations."""
@@ -178,16 +195,7 @@ def main() -> None:
                                              work / f"shaped-{hosts}-{rate}-{queue}-{workers}"))
             finally:
                 testbed.down(name)
-            simulated = {}
-            for transport in ("fcfs", "fair"):
-                for workers, matrix in matrices.items():
-                    path = work / f"sim-{hosts}-{rate}-{queue}-{workers}-{transport}.toml"
-                    path.write_text(matrix.read_text() + network_table(link, transport=transport))
-                    out = work / f"sim-{hosts}-{rate}-{queue}-{workers}-{transport}"
-                    subprocess.run([sys.executable, "-m", "hetbench", "sim", str(path), "--out",
-                                    str(out)], check=True, capture_output=True, cwd=ROOT)
-                    for algorithm, summary in summaries(out).items():
-                        simulated.setdefault(algorithm, {})[transport] = summary["throughput"]
+            simulated = simulate_both(work, matrices, link, f"sim-{hosts}-{rate}-{queue}")
             emulated: dict[str, dict] = {}
             for transport in filter(None, args.emulate.split(",")):
                 for workers, matrix in matrices.items():

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -29,15 +28,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from fair_bed import summaries  # noqa: E402
+from fair_bed import simulate_both  # noqa: E402
 
 from hetbench import testbed  # noqa: E402
 from hetbench.core.store import write_json_atomic  # noqa: E402
-from hetbench.testbed.measure import (  # noqa: E402
-    link_bound_matrix,
-    measure_link,
-    network_table,
-)
+from hetbench.testbed.measure import link_bound_matrix, measure_link  # noqa: E402
 
 
 def measured_links(pairs: set[tuple[str, str]]) -> dict[tuple[str, str], dict]:
@@ -58,24 +53,18 @@ def measured_links(pairs: set[tuple[str, str]]) -> dict[tuple[str, str], dict]:
 
 
 def simulate(work: Path, cells: list[dict], link: dict, iterations: int, hidden: int,
-             tag: str) -> dict[tuple[str, str], float]:
-    """(algorithm, transport) -> throughput of `cells` (one bed size, rate and queue: their
-    workers may differ) simulated on `link`."""
+             tag: str) -> dict[str, dict[str, float]]:
+    """fair_bed.simulate_both for `cells` (one bed size, rate and queue: their workers may
+    differ), on the link-bound matrix they were measured on."""
     groups: dict[int, list[str]] = {}
     for cell in cells:
         groups.setdefault(cell["workers"], []).append(cell["algorithm"])
-    found = {}
+    matrices = {}
     for workers, algorithms in groups.items():
-        for transport in ("fcfs", "fair"):
-            path = work / f"{tag}-w{workers}-{transport}.toml"
-            path.write_text(link_bound_matrix("relink", algorithms, workers, iterations, hidden)
-                            + network_table(link, transport=transport))
-            out = work / path.stem
-            subprocess.run([sys.executable, "-m", "hetbench", "sim", str(path), "--out",
-                            str(out)], check=True, capture_output=True, cwd=ROOT)
-            for algorithm, summary in summaries(out).items():
-                found[(algorithm, transport)] = summary["throughput"]
-    return found
+        matrices[workers] = work / f"{tag}-w{workers}.toml"
+        matrices[workers].write_text(link_bound_matrix("relink", algorithms, workers,
+                                                       iterations, hidden))
+    return simulate_both(work, matrices, link, tag)
 
 
 def main() -> None:
@@ -106,14 +95,14 @@ def main() -> None:
         for cell in members:
             algorithm = cell["algorithm"]
             for transport in ("fcfs", "fair"):
-                check = max(check, abs(again[(algorithm, transport)] / cell[transport] - 1))
+                check = max(check, abs(again[algorithm][transport] / cell[transport] - 1))
             cell["sender_timed"] = {"link_mbit_s": cell["link_mbit_s"], "fcfs": cell["fcfs"],
                                     "fair": cell["fair"],
                                     "shaped_over_fcfs": cell["shaped_over_fcfs"],
                                     "shaped_over_fair": cell["shaped_over_fair"]}
             cell["link_mbit_s"] = round(new["payload_gbps"] * 1e3, 2)
             for transport in ("fcfs", "fair"):
-                cell[transport] = relinked[(algorithm, transport)]
+                cell[transport] = relinked[algorithm][transport]
                 cell[f"shaped_over_{transport}"] = round(cell["shaped"] / cell[transport], 3)
             print(f"{hosts} hosts {rate} {queue} {algorithm}: shaped/fair "
                   f"{cell['sender_timed']['shaped_over_fair']:.3f} -> "
