@@ -237,9 +237,8 @@ class ADPSGDSim(Protocol):
                                   .tolist()))
         peer = peers[draws.pop()]
         if self.transport is not None:  # the request's blocking send, then the reply's receive
-            self.transport.send_then_receive(w, peer, self.model_bytes + 4,
-                                             (self._serve_fair, w, peer, t), REQUEST_TAG, peer,
-                                             REPLY_TAG)
+            self.transport.request(w, peer, self.model_bytes + 4, (self._serve_fair, w, peer, t),
+                                   REQUEST_TAG, REPLY_TAG)
             return
         start = max(self.server_free[peer], t)
         active = self.engine.active

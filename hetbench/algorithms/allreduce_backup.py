@@ -200,8 +200,8 @@ class AllReduceBackupSim(Protocol):
 
     def ready(self, w):
         if self.transport is not None:  # a blocking send, then the receive of the reply
-            self.transport.send_then_receive(w, self.n, self.model_bytes + 8,
-                                             (self._taken_fair, w), GRAD_TAG, self.n, PARAMS_TAG)
+            self.transport.request(w, self.n, self.model_bytes + 8, (self._taken_fair, w),
+                                   GRAD_TAG, PARAMS_TAG)
             return
         net = self.net
         hop, cpu = net.hop(self.engine.active), net.cpu_s

@@ -359,9 +359,8 @@ class AsyncDiLoCoSim(Protocol):
         # The round's measure travels with the push (its seconds per inner step).
         seconds = (now - self._mark[w]) / self._timed[w] if self._timed[w] else None
         if self.transport is not None:
-            self.transport.send_then_receive(w, self.n, self.push_bytes,
-                                             (self._taken_fair, w, seconds), PUSH_TAG, self.n,
-                                             REPLY_TAG)
+            self.transport.request(w, self.n, self.push_bytes, (self._taken_fair, w, seconds),
+                                   PUSH_TAG, REPLY_TAG)
             return
         net = self.net
         arrive = net.wire(w, self.n, self.push_bytes, now)

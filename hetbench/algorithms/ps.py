@@ -224,8 +224,8 @@ class PSSyncSim(Protocol):
         """The worker's blocking send of its gradient; once it is out, its receive of the
         parameters (serve(): the server posts a receive from every worker at a round's
         start)."""
-        self.transport.send_then_receive(w, self.n, self.model_bytes + 4, (self._gradient_in,),
-                                         GRAD_TAG, self.n, PARAMS_TAG)
+        self.transport.request(w, self.n, self.model_bytes + 4, (self._gradient_in,), GRAD_TAG,
+                               PARAMS_TAG)
 
     def _gradient_in(self) -> None:
         """A gradient has arrived; with the round's last one the server sends the parameters
@@ -314,8 +314,8 @@ class PSAsyncSim(Protocol):
 
     def ready(self, w):
         if self.transport is not None:
-            self.transport.send_then_receive(w, self.n, self.model_bytes + 4,
-                                             (self._taken_fair, w), GRAD_TAG, self.n, PARAMS_TAG)
+            self.transport.request(w, self.n, self.model_bytes + 4, (self._taken_fair, w),
+                                   GRAD_TAG, PARAMS_TAG)
             return
         arrive = self.net.wire(w, self.n, self.model_bytes + 4, self.engine.now)
         if self.engine.recorded_order is None:

@@ -27,7 +27,8 @@ traffic may finish early and leave its ports idle sooner than the real ring woul
 ring has to itself, that is the ring formula (ClusterNetwork.ring): every edge at its rate.
 
 A protocol that plays "fair" must post every receive its real half posts, when it posts it (a
-message nobody receives never moves), send its collectives through `rings`
+message nobody receives never moves; a request's reply receive may be posted at the send,
+`request`, which gives the same times), send its collectives through `rings`
 (Protocol.after_rings does either), and says so with `Protocol.transport_ready`; the engine
 refuses "fair" for the others.
 """
@@ -118,6 +119,17 @@ class Transport:
         self._send(src, dst, nbytes, delivered, (self._receive, src, receive_from, receive_key),
                    key)
 
+    def request(self, src: int, dst: int, nbytes: float, delivered: tuple, key: Hashable,
+                reply_key: Hashable) -> None:
+        """send_then_receive(src, dst, ..., receive_from=dst) for a request whose reply dst
+        sends only once the request has arrived (a server's, a passive peer's), from a sender
+        that posts no other receive while its send blocks. Its receive is posted now, before
+        the send: the same times as once the send returns (no reply can be offered before the
+        request arrives, which is after the send returned; nothing else competes for the
+        receive), and no event at the return."""
+        self._receive(src, dst, reply_key)
+        self._send(src, dst, nbytes, delivered, None, key)
+
     def post_receive(self, dst: int, src: int, key: Hashable = 0,
                      at: float | None = None) -> None:
         """dst posts a receive from src (or ANY source) on stream `key` at `at` (default now):
@@ -192,7 +204,7 @@ class Transport:
         inter-node link as well); inside a node, at the node's bus rate with no flow (the
         model does not share the bus, as it does not queue there). A message larger than the
         socket buffer returns its send once the rest fits, and its flow goes on with the
-        buffer's bytes."""
+        buffer's bytes; one whose return nobody waits for (`sent` None) moves as one phase."""
         engine = self.engine
         now = engine.now
         latency, rate, inside, link, bound = self._link(src, dst)
@@ -206,9 +218,9 @@ class Transport:
                     sent[0](*sent[1:])
             return
         returned = None
-        if nbytes > buffered:  # the send returns once the rest fits in the buffer
+        if nbytes > buffered and sent is not None:  # returns once the rest fits in the buffer
             flow = (link, nbytes - buffered, sent, delivered, buffered)
-        else:
+        else:  # nobody waits for its return: one phase of all its bytes
             returned = sent
             flow = (link, nbytes, None, delivered, 0.0)
         ports = link[0]
@@ -256,7 +268,7 @@ class Transport:
         lone = _Lone(self.flows.reserve(), link, first, sent, delivered, rest, bound, now)
         for p in link[0]:
             self._held[p] = lone
-        if rest > 0 and sent is not None:
+        if rest > 0:
             self.engine.at(lone.sent_at, self._lone_sent, lone)
         self.engine.at(lone.end + link[2], self._lone_delivered, lone)
 
@@ -287,7 +299,7 @@ class Transport:
             fid = next(self._ids)  # its id in the network, from the hand-over
             link = lone.link
             ports_, cap, _ = link
-            if lone.rest > 0 and (lone.returned or (lone.sent is None and lone.sent_at <= now)):
+            if lone.rest > 0 and lone.returned:
                 # Extended by its buffer's bytes at sent_at, as _complete does.
                 nbytes, left, at = lone.first + lone.rest, lone.rest, lone.sent_at
                 self._moving[fid] = (link, None, lone.delivered, 0.0)

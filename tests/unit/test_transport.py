@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+import hetbench.network.transport as transport_module
 from hetbench.api import Protocol, UserError
 from hetbench.core.config import RunConfig
 from hetbench.core.store import read_jsonl
@@ -248,6 +249,33 @@ def test_a_dpsgd_straggler_sends_to_both_neighbours_at_once(tmp_path):
         assert first == pytest.approx(2.0, rel=1e-6) and second == pytest.approx(2.0, rel=1e-6)
     for first, second in ends("fcfs"):
         assert min(first, second) == pytest.approx(1.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("algorithm", ["ps-async", "ps-sync", "adpsgd", "allreduce-backup",
+                                       "async-diloco"])
+def test_a_requests_reply_receive_posted_at_its_send_gives_the_real_loops_times(
+        tmp_path, monkeypatch, algorithm):
+    # Transport.request posts the receive for a request's reply before the send, where the
+    # real loop posts it once the send returns: the same times, since no reply is sent before
+    # its request arrives. The socket buffer shrunk below a message, so that sends return
+    # before their last bytes leave; a straggler, so that requests meet at a NIC.
+    monkeypatch.setattr(transport_module, "SOCKET_BUFFER_BYTES", 4_000)
+
+    def ends(how):
+        config = RunConfig(algorithm=algorithm, workload="mlp-digits", workers=4,
+                           iterations=10, slowdown="det:3@1",
+                           algorithm_options={"inner_steps": 2} if "diloco" in algorithm else {},
+                           network={**LINKS, "transport": "fair"})
+        result = simulate(config, MODELS, tmp_path / how)
+        assert result.summary["status"] == "ok", result.summary["cause"]
+        return [e["t_end"] for r in range(4)
+                for e in read_jsonl(result.run_dir / f"events.rank{r}.jsonl")[0]]
+
+    posted_first = ends("request")
+    monkeypatch.setattr(Transport, "request",
+                        lambda self, src, dst, nbytes, delivered, key, reply_key:
+                        self.send_then_receive(src, dst, nbytes, delivered, key, dst, reply_key))
+    assert posted_first == pytest.approx(ends("send-then-receive"), rel=1e-9, abs=0)
 
 
 @pytest.mark.parametrize("per_node", [1, 2])
