@@ -157,28 +157,46 @@ class Transport:
         edge_bytes = steps * sum(sizes) / m
         latency, shared = 0.0, []
         ring = [m, 0.0, done]  # edges still moving, the ring's latency, the callback
+        # The edges timed here (inside a node, or alone on their ports) are counted in one
+        # callback at the last one's end, not one each: only the ring's end is observed.
+        timed, lones, last = 0, [], now
         for i, src in enumerate(ranks):
             dst = ranks[(i + 1) % m]
             link_s, rate, inside, (ports, cap, _), bound = self._link(src, dst)
             latency = max(latency, link_s)
             if inside:  # the node's bus: shared with nobody
-                self.engine.at(now + edge_bytes / rate, self._edge_done, ring)
+                timed += 1
+                last = max(last, now + edge_bytes / rate)
                 continue
             # The ring adds its steps' latency at its end. Its edges share no port with each
             # other (each rank sends to one and receives from one).
-            edge = ((ports, cap, 0.0), edge_bytes, None, (self._edge_done, ring), 0.0)
+            edge = ((ports, cap, 0.0), edge_bytes, None, (self._edges_done, ring, 1), 0.0)
             if edge_bytes > 0 and self._shortcuts and self._alone(ports, now):
-                self._lone(edge, bound, now)
+                lone = self._hold(edge, bound, now)
+                lones.append(lone)
+                last = max(last, lone.end)
             else:
                 self._claim(ports, now)
                 shared.append(self._flow(*edge))
         ring[1] = steps * len(sizes) * latency
+        if timed or lones:
+            self.engine.at(last, self._timed_edges_done, ring, timed, lones)
         if shared:
             self.flows.start_checked(now, shared)
             self._schedule()
 
-    def _edge_done(self, ring: list) -> None:
-        ring[0] -= 1
+    def _timed_edges_done(self, ring: list, timed: int, lones: list[_Lone]) -> None:
+        """The ring's edges timed here are in: each lone one not handed over since (a handed
+        over edge is counted by the FlowNetwork's completion, at its own end)."""
+        for lone in lones:
+            if lone.live:
+                lone.live = False
+                timed += 1
+        if timed:
+            self._edges_done(ring, timed)
+
+    def _edges_done(self, ring: list, edges: int) -> None:
+        ring[0] -= edges
         if ring[0] == 0:
             self._later(self.engine.now + ring[1], *ring[2])
 
@@ -264,13 +282,18 @@ class Transport:
 
     def _lone(self, flow: tuple, bound: float, now: float) -> None:
         """Time a flow (link, first bytes, sent, delivered, rest) alone on its ports."""
+        lone = self._hold(flow, bound, now)
+        if lone.rest > 0:
+            self.engine.at(lone.sent_at, self._lone_sent, lone)
+        self.engine.at(lone.end + lone.link[2], self._lone_delivered, lone)
+
+    def _hold(self, flow: tuple, bound: float, now: float) -> _Lone:
+        """A lone flow's record, holding its ports; the caller times its callbacks."""
         link, first, sent, delivered, rest = flow
         lone = _Lone(self.flows.reserve(), link, first, sent, delivered, rest, bound, now)
         for p in link[0]:
             self._held[p] = lone
-        if rest > 0:
-            self.engine.at(lone.sent_at, self._lone_sent, lone)
-        self.engine.at(lone.end + link[2], self._lone_delivered, lone)
+        return lone
 
     def _lone_sent(self, lone: _Lone) -> None:
         """The first bytes are out: the send returns, the buffer's bytes go on."""
