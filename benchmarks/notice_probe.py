@@ -2,7 +2,9 @@
 would take if a receive's notice waited behind the receiver's own data to that peer.
 
     python benchmarks/notice_probe.py                        # the bed's 307 KB cells
-    python benchmarks/notice_probe.py --hidden 32768 --iterations 20 --pause-every 10
+    python benchmarks/notice_probe.py \
+        --table docs/results/fair-transport-bed-large-host-fair-relinked.json \
+        --hidden 32768 --iterations 20 --pause-every 10     # its 9.7 MB cell
 
 gloo tells a sender that its receiver has posted a receive with a control message in the
 pair's one TCP stream, and queues it behind the pair's writes still pending
@@ -11,11 +13,13 @@ hasn't finished transmitting, add this operation to the transmit queue"). So a r
 worker posts while its own message to that peer is still going out reaches the peer only with
 that message's last bytes. The fair transport posts it at once. Here a subclass of the
 transport (NoticeBehindData) holds such a receive until the receiver's flows to that peer have
-landed, and bench sim plays the bed's link-bound matrix (testbed.measure.link_bound_matrix on
-one-rank hosts and the link as measured) with and without it, each also with one pause of
+landed, and bench sim plays each bed of a stored fair_bed_relink.py table (its link-bound
+matrix, workers, link and round trip) with and without it, each also with one pause of
 every worker's compute (`compose:gc(every=N;pause=P)`: each worker once every N iterations, at
 its own phase, P x its compute), since workers that stay in step never post a receive while
-their data to that peer moves. Runs in-process: nothing of hetbench is changed.
+their data to that peer moves. Printed beside them: the table's shaped run, and its fair
+prediction, which the plain transport without a pause reproduces. Runs in-process: nothing of
+hetbench is changed.
 """
 
 from __future__ import annotations
@@ -28,18 +32,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from bed_probe import workers_on_bed  # noqa: E402
 
 import hetbench.sim.engine  # noqa: E402
 from hetbench.cli.main import main as bench  # noqa: E402
 from hetbench.network.transport import ANY, Transport  # noqa: E402
 from hetbench.testbed.measure import link_bound_matrix, network_table  # noqa: E402
 
-#: The bed's links as testbed.measure measured them (docs/results/
-#: fair-transport-bed-host-fair-relinked.json): (hosts, Mbit/s of payload, round trip in us).
-BEDS = [(5, 47.81, 69.2), (8, 47.81, 78.9), (5, 95.56, 51.7), (8, 95.56, 74.0)]
+#: The host-fair beds on the link timed where its bytes arrive (fair_bed_relink.py's output).
+TABLE = ROOT / "docs" / "results" / "fair-transport-bed-host-fair-relinked.json"
 
 
 class NoticeBehindData(Transport):
@@ -82,6 +82,7 @@ def throughput(matrix_text: str, notice: bool) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--table", type=Path, default=TABLE)
     parser.add_argument("--algorithm", default="hop")
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--iterations", type=int, default=120)
@@ -89,19 +90,19 @@ def main() -> None:
     parser.add_argument("--pause", type=float, default=2.0)
     args = parser.parse_args()
     paused = f"compose:gc(every={args.pause_every};pause={args.pause})"
-    rows = []
-    for hosts, mbit, rtt in BEDS:
-        text = link_bound_matrix("notice-probe", [args.algorithm],
-                                 workers_on_bed(args.algorithm, hosts), args.iterations,
-                                 args.hidden)
-        text += network_table({"payload_gbps": mbit / 1000, "rtt_us": rtt}, transport="fair")
-        row = {"hosts": hosts, "link_mbit_s": mbit}
+    cells = [cell for cell in json.loads(args.table.read_text())["cells"]
+             if cell["algorithm"] == args.algorithm]
+    for cell in cells:
+        text = link_bound_matrix("notice-probe", [args.algorithm], cell["workers"],
+                                 args.iterations, args.hidden)
+        link = {"payload_gbps": cell["link_mbit_s"] / 1000, "rtt_us": cell["rtt_us"]}
+        text += network_table(link, transport="fair")
+        row = {key: cell[key] for key in ("hosts", "rate", "link_mbit_s", "shaped", "fair")}
         for slowdown in ("none", paused):
             matrix = text.replace("seeds = [1]", f'seeds = [1]\nslowdown = ["{slowdown}"]')
             for notice in (False, True):
                 row[f"{slowdown}, notice {'behind data' if notice else 'at once'}"] = round(
                     throughput(matrix, notice), 1)
-        rows.append(row)
         print(json.dumps(row))
 
 

@@ -51,8 +51,8 @@ SOCKET_BUFFER_BYTES = 4 * 2**20
 class _Lone:
     """A flow alone on its ports since its start (`start`), at its bound (`rate`, given at its
     start): its `first` bytes are out at `sent_at` (its send returns, `returned` once it has),
-    and its `rest` (the socket buffer's) at `end`. `live` until it has been delivered or
-    handed over to the FlowNetwork."""
+    and its `rest` (the socket buffer's) at `end`. `live` until it has been delivered (a
+    ring's edge: counted at its ring's end) or handed over to the FlowNetwork."""
 
     __slots__ = ("delivered", "end", "first", "link", "live", "rest", "returned", "sent",
                  "sent_at", "seq", "start")
