@@ -68,6 +68,13 @@ class Collective(Protocol):
         return Steps(np.full(self.n, end), start - t_sync, self.n - 1)
 
 
+def meeting_key(k: int, group: tuple[int, ...]) -> tuple[int, int]:
+    """The Meetings key of step k's `group`: a step's groups partition the workers, so its
+    first member names it. (Not the members: a tuple does not keep its hash, and a static
+    schedule's 4,096-member group was hashed at each member's join, O(g^2) a step.)"""
+    return k, group[0]
+
+
 class GroupAverage(Protocol):
     """Iteration k: the workers split into the groups of `groups(k)`; a group of two or more
     waits for its last member and meets in a P-Reduce (a ring all-reduce of the model over
@@ -112,7 +119,7 @@ class GroupAverage(Protocol):
         if len(group) < 2:
             self.engine.end_step(w, self.engine.now, 0.0, fields, peers=0)
         else:
-            self.meetings.join((k, group), group, w, self.engine.now, fields)
+            self.meetings.join(meeting_key(k, group), group, w, self.engine.now, fields)
 
     def met(self, w, end, wait_s, fields, peers, staleness):
         self.engine.end_step(w, end, wait_s, fields, peers=peers, staleness=staleness)

@@ -17,7 +17,7 @@ from hetbench.algorithms.prague.common import PragueBase, PragueOptions
 from hetbench.algorithms.prague.schedule import check_layout, static_group, static_groups
 from hetbench.core.options import opt
 from hetbench.errors import UserError
-from hetbench.sim.synchronous import GroupAverage
+from hetbench.sim.synchronous import GroupAverage, meeting_key
 
 #: Steps past the first stopper's that everyone still runs (> the 4-step dependency horizon).
 END_MARGIN = 8
@@ -120,7 +120,10 @@ class PragueStaticSim(GroupAverage):
 
     def ready(self, w):
         step, group = self._group(w)  # its schedule step, which finish() runs on past training
-        self.meet(w, step, group, self.group_fields(step, group))
+        # No event lines: no fields to format (a member's copy of a 4,096-member group each
+        # was O(g^2) a step); "" is not None, which met() reads as a step of finish().
+        fields = self.group_fields(step, group) if self.engine.full_events else ""
+        self.meet(w, step, group, fields)
 
     def learn(self, k, learner):
         """The real step's math: a local optimizer step, then the P-Reduce of schedule step
@@ -155,6 +158,6 @@ class PragueStaticSim(GroupAverage):
         while self.step[w] < self.end:
             step, group = self._group(w)
             if len(group) > 1:
-                self.meetings.join((step, group), group, w, t, None)
+                self.meetings.join(meeting_key(step, group), group, w, t, None)
                 return
         self.engine.done(w)
