@@ -267,9 +267,9 @@ class ADPSGDSim(Protocol):
         gap = self._served(w, peer)
         if self.engine.learner is not None:
             self._learn_pair(w, peer)
-        self.transport.send_then_receive(peer, w, self.model_bytes,
-                                         (self._replied, w, peer, ready, float(gap)), REPLY_TAG,
-                                         ANY, REQUEST_TAG)
+        self.transport.reply(peer, w, self.model_bytes,
+                             (self._replied, w, peer, ready, float(gap)), REPLY_TAG,
+                             sent=(self.transport.post_receive, peer, ANY, REQUEST_TAG))
 
     def _replied(self, w: int, peer: int, ready: float, gap: float) -> None:
         """w's step ends with the reply; it waited for what its request and the reply would

@@ -332,9 +332,8 @@ class AllReduceBackupSim(Protocol):
         if self._outbox:
             self._sending = True
             x, used, step = self._outbox.popleft()
-            self.transport.send(self.n, x, self.model_bytes + 12, self.engine.now,
-                                (self._reply_in, x, used, step), sent=(self._sent,),
-                                key=PARAMS_TAG)
+            self.transport.reply(self.n, x, self.model_bytes + 12, (self._reply_in, x, used, step),
+                                 PARAMS_TAG, sent=(self._sent,))
             return
         self._sending = False
         if not self._receive_posted:

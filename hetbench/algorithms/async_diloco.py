@@ -402,9 +402,9 @@ class AsyncDiLoCoSim(Protocol):
         if self.engine.learner is not None:
             self._take(w)
         fields = {"outer_step": self.version, "local_steps": used}
-        self.transport.send_then_receive(self.n, w, self.reply_bytes,
-                                         (self._reply_in, w, float(staleness), fields),
-                                         REPLY_TAG, ANY, PUSH_TAG)
+        self.transport.reply(self.n, w, self.reply_bytes,
+                             (self._reply_in, w, float(staleness), fields), REPLY_TAG,
+                             sent=(self.transport.post_receive, self.n, ANY, PUSH_TAG))
 
     def _reply_in(self, w: int, staleness: float, fields: dict) -> None:
         """w's round ends with the server's reply; it waited for what its push and the reply

@@ -235,9 +235,8 @@ class PSSyncSim(Protocol):
             return
         self._pushed = 0
         for x in range(self.n):
-            self.transport.send(self.n, x, self.model_bytes, self.engine.now,
-                                (self._parameters_in, x), sent=(self._reply_out,),
-                                key=PARAMS_TAG)
+            self.transport.reply(self.n, x, self.model_bytes, (self._parameters_in, x),
+                                 PARAMS_TAG, sent=(self._reply_out,))
 
     def _reply_out(self) -> None:
         """Once every reply is out, the server posts the next round's receives."""
@@ -370,9 +369,9 @@ class PSAsyncSim(Protocol):
         staleness = self._update(w)
         if self.engine.learner is not None:
             self._take(w)
-        self.transport.send_then_receive(self.n, w, self.model_bytes,
-                                         (self._parameters_in, w, float(staleness)), PARAMS_TAG,
-                                         ANY, GRAD_TAG)
+        self.transport.reply(self.n, w, self.model_bytes,
+                             (self._parameters_in, w, float(staleness)), PARAMS_TAG,
+                             sent=(self.transport.post_receive, self.n, ANY, GRAD_TAG))
 
     def _parameters_in(self, w: int, staleness: float) -> None:
         """w's step ends with the server's reply; it waited for what its push and pull would

@@ -183,7 +183,10 @@ class FlowNetwork:
         self.on_port: list[dict[Hashable, _Flow]] = [{} for _ in capacities]
         self._flows: dict[Hashable, _Flow] = {}
         self._now = 0.0
-        self._seq = 0
+        #: The start order's next number, for a flow starting now (also one the caller keeps
+        #: outside while it is alone on its ports). A C call: the transport takes one for
+        #: every message it moves.
+        self.reserve = itertools.count().__next__
         #: Version numbers for flows and pools alike, so that no two entries share one.
         self._stamps = itertools.count(1)
         self._pooling = pools
@@ -315,8 +318,8 @@ class FlowNetwork:
     def _new_flow(self, flow_id: Hashable, ports: tuple[int, ...], nbytes: float,
                   cap: float) -> _Flow:
         """A flow starting now, in the network but not yet on its ports."""
-        flow = _Flow(flow_id, self._seq, ports, nbytes, self._now, cap, self.bound(ports, cap))
-        self._seq += 1
+        flow = _Flow(flow_id, self.reserve(), ports, nbytes, self._now, cap,
+                     self.bound(ports, cap))
         self._flows[flow_id] = flow
         return flow
 
@@ -334,13 +337,6 @@ class FlowNetwork:
     # and hand it over only when another flow comes: reserve() gives it its place in the
     # start order (which breaks ties) at its start, adopt() takes it in, in the state the
     # network would have kept it in.
-
-    def reserve(self) -> int:
-        """The start order of a flow starting now that the caller keeps outside while it is
-        alone on its ports."""
-        seq = self._seq
-        self._seq += 1
-        return seq
 
     def adopt(self, flow_id: Hashable, seq: int, ports: tuple[int, ...], nbytes: float,
               left: float, at: float, cap: float) -> None:
@@ -837,23 +833,37 @@ class Rendezvous:
 
     def _pair(self, src, dst, key, nbytes, payload, t, eager) -> float | None:
         """A new message: the time of the receive it pairs with at once, or None (it is kept
-        for the first receive that will take it)."""
+        for the first receive that will take it). (Each message's and each receive's path
+        is written out in one function: the transport makes several of each per simulated
+        step, and the calls were a tenth of a server's simulation.)"""
         seq, self._seq = self._seq, self._seq + 1
+        stream, box = (src, dst, key), (dst, key)
         # Invariant: a receive waits only while no message it could take does, so a new
-        # message either pairs with the earliest posted receive that can take it or waits.
-        receive = self._take_receive(src, dst, key)
-        if receive is not None:
-            return receive
+        # message either pairs with the earliest posted receive that can take it (from src,
+        # or from ANY; no queue is left empty) or waits.
+        own = self._receives.get(stream)
+        anyq = self._any.get(box)
+        if own and (not anyq or own[0][0] < anyq[0][0]):
+            queue, where, queues = own, stream, self._receives
+        elif anyq:
+            queue, where, queues = anyq, box, self._any
+        else:
+            queue = None
+        if queue is not None:
+            _, received = queue.popleft()
+            if not queue:
+                del queues[where]  # no empty queues left behind (keys are many over a run)
+            self._waiting_receives -= 1
+            return received
         message = Message(src, dst, key, nbytes, payload, t, seq, eager)
         # get, then make: setdefault would build a container on every call.
-        stream = (src, dst, key)
         queue = self._stream.get(stream)
         if queue is None:
             queue = self._stream[stream] = deque()
         queue.append(message)
-        to_dst = self._to_dst.get((dst, key))
+        to_dst = self._to_dst.get(box)
         if to_dst is None:
-            to_dst = self._to_dst[(dst, key)] = OrderedDict()
+            to_dst = self._to_dst[box] = OrderedDict()
         to_dst[seq] = message
         if eager:
             self._waiting_eager += 1
@@ -871,57 +881,29 @@ class Rendezvous:
     def take(self, dst: int, src: int, key: Hashable, t: float) -> Message | None:
         """post_receive for a caller that needs only the Message its receive takes, if one
         was waiting (its bytes move from now unless it is eager); else the receive waits."""
-        message = self._take_message(src, dst, key)
+        box = (dst, key)
+        to_dst = self._to_dst.get(box)
+        message = None
+        if to_dst:
+            if src == ANY:
+                message = next(iter(to_dst.values()))  # the earliest sent, over every source
+                stream = (message.src, dst, key)
+                queue = self._stream[stream]
+            else:
+                stream = (src, dst, key)
+                queue = self._stream.get(stream)
+                if queue is not None:
+                    message = queue[0]
         if message is None:
             self._seq += 1
             queues = self._any if src == ANY else self._receives
-            where = (dst, key) if src == ANY else (src, dst, key)
+            where = box if src == ANY else (src, dst, key)
             waiting = queues.get(where)
             if waiting is None:
                 waiting = queues[where] = deque()
             waiting.append((self._seq, t))
             self._waiting_receives += 1
             return None
-        if message.eager:
-            self._waiting_eager -= 1
-        else:
-            self._waiting_sends -= 1
-        return message
-
-    def pending(self) -> Pending:
-        return Pending(self._waiting_sends, self._waiting_eager, self._waiting_receives)
-
-    def _take_receive(self, src: int, dst: int, key: Hashable) -> float | None:
-        """Remove the earliest posted receive that takes a message src -> dst with key (from
-        src or from ANY); returns its time, or None."""
-        own = self._receives.get((src, dst, key))
-        anyq = self._any.get((dst, key))
-        if own and (not anyq or own[0][0] < anyq[0][0]):
-            queue, where, queues = own, (src, dst, key), self._receives
-        elif anyq:
-            queue, where, queues = anyq, (dst, key), self._any
-        else:
-            return None
-        _, t = queue.popleft()
-        if not queue:
-            del queues[where]  # no empty queues left behind (keys are many over a run)
-        self._waiting_receives -= 1
-        return t
-
-    def _take_message(self, src: int, dst: int, key: Hashable) -> Message | None:
-        """Remove the unmatched message a receive (dst, src or ANY, key) takes, or None."""
-        to_dst = self._to_dst.get((dst, key))
-        if not to_dst:
-            return None
-        if src == ANY:
-            message = next(iter(to_dst.values()))  # the earliest sent, over every source
-            stream = (message.src, dst, key)
-        else:
-            stream = (src, dst, key)
-            if stream not in self._stream:
-                return None
-            message = self._stream[stream][0]
-        queue = self._stream[stream]
         # A stream's messages are in send order in both structures, so the one a receive
         # takes is always its stream's head.
         assert queue[0] is message
@@ -930,5 +912,12 @@ class Rendezvous:
             del self._stream[stream]
         del to_dst[message.seq]
         if not to_dst:
-            del self._to_dst[(dst, key)]
+            del self._to_dst[box]
+        if message.eager:
+            self._waiting_eager -= 1
+        else:
+            self._waiting_sends -= 1
         return message
+
+    def pending(self) -> Pending:
+        return Pending(self._waiting_sends, self._waiting_eager, self._waiting_receives)

@@ -27,10 +27,10 @@ traffic may finish early and leave its ports idle sooner than the real ring woul
 ring has to itself, that is the ring formula (ClusterNetwork.ring): every edge at its rate.
 
 A protocol that plays "fair" must post every receive its real half posts, when it posts it (a
-message nobody receives never moves; a request's reply receive may be posted at the send,
-`request`, which gives the same times), send its collectives through `rings`
-(Protocol.after_rings does either), and says so with `Protocol.transport_ready`; the engine
-refuses "fair" for the others.
+message nobody receives never moves; a request's reply, whose receive is always posted when
+it is sent, may skip the matching: `request` and `reply`, which give the same times), send its
+collectives through `rings` (Protocol.after_rings does either), and says so with
+`Protocol.transport_ready`; the engine refuses "fair" for the others.
 """
 
 from __future__ import annotations
@@ -95,6 +95,8 @@ class Transport:
         self._settling = False
         #: _link's answers by (src, dst), as messages ask.
         self._links: dict[tuple[int, int], tuple] = {}
+        #: Per rank, its requests whose reply is still to come (request, reply).
+        self._requests = [0] * (cluster.ports // 2)
         #: The inter-node link's rate, which bounds every flow between nodes.
         self._inter = cluster.config.inter_gbps * GBIT
         #: Per port, the lone flow (_Lone) last started on it, if any: it holds the port
@@ -111,24 +113,29 @@ class Transport:
         else:
             self._send(src, dst, nbytes, delivered, sent, key)
 
-    def send_then_receive(self, src: int, dst: int, nbytes: float, delivered: tuple,
-                          key: Hashable, receive_from: int, receive_key: Hashable) -> None:
-        """A blocking send from src now, then src's receive from `receive_from` (a peer, or
-        ANY) on `receive_key` once it returns: a worker's request and the wait for its reply,
-        or a serving loop's reply and its next receive."""
-        self._send(src, dst, nbytes, delivered, (self._receive, src, receive_from, receive_key),
-                   key)
-
     def request(self, src: int, dst: int, nbytes: float, delivered: tuple, key: Hashable,
                 reply_key: Hashable) -> None:
-        """send_then_receive(src, dst, ..., receive_from=dst) for a request whose reply dst
-        sends only once the request has arrived (a server's, a passive peer's), from a sender
-        that posts no other receive while its send blocks. Its receive is posted now, before
-        the send: the same times as once the send returns (no reply can be offered before the
-        request arrives, which is after the send returned; nothing else competes for the
-        receive), and no event at the return."""
-        self._receive(src, dst, reply_key)
+        """A request from src to dst on stream `key` (a push to a server, an active peer's
+        request), sent blocking; then src receives dst's reply on `reply_key`, which dst sends
+        with `reply` once the request has arrived, and src posts no other receive on that
+        stream meanwhile. The real loop posts the reply's receive once the send returns, so
+        the reply, sent after the request arrived (after the send returned), always finds it
+        posted and nothing competes for it: here it moves from its send, without the
+        Rendezvous (the same times; two matches fewer a round trip, a fifth of a server's
+        simulation). A test plays both through the Rendezvous and holds them equal."""
+        self._requests[src] += 1
         self._send(src, dst, nbytes, delivered, None, key)
+
+    def reply(self, src: int, dst: int, nbytes: float, delivered: tuple, key: Hashable,
+              sent: tuple | None = None) -> None:
+        """src's reply to dst's `request`, which has arrived, sent now on stream `key` (the
+        request's reply_key): dst's receive is posted, so its bytes move at once. `sent` =
+        (fn, *args) when src's send returns, as send's (a server's next receive)."""
+        if not self._requests[dst]:
+            raise RuntimeError(f"rank {src} replied to rank {dst}, which has no request "
+                               "waiting for a reply")
+        self._requests[dst] -= 1
+        self._start(src, dst, nbytes, delivered, sent)
 
     def post_receive(self, dst: int, src: int, key: Hashable = 0,
                      at: float | None = None) -> None:
@@ -172,7 +179,7 @@ class Transport:
             # other (each rank sends to one and receives from one).
             edge = ((ports, cap, 0.0), edge_bytes, None, (self._edges_done, ring, 1), 0.0)
             if edge_bytes > 0 and self._shortcuts and self._alone(ports, now):
-                lone = self._hold(edge, bound, now)
+                lone = self._hold(*edge, bound, now)
                 lones.append(lone)
                 last = max(last, lone.end)
             else:
@@ -225,28 +232,29 @@ class Transport:
         buffer's bytes; one whose return nobody waits for (`sent` None) moves as one phase."""
         engine = self.engine
         now = engine.now
-        latency, rate, inside, link, bound = self._link(src, dst)
-        buffered = min(nbytes, SOCKET_BUFFER_BYTES)
+        latency, rate, inside, link, bound = self._links.get((src, dst)) or self._link(src, dst)
         if inside:
             engine.at(now + nbytes / rate + latency, *delivered)
             if sent is not None:
-                if nbytes > buffered:
-                    engine.at(now + (nbytes - buffered) / rate, *sent)
+                if nbytes > SOCKET_BUFFER_BYTES:
+                    engine.at(now + (nbytes - SOCKET_BUFFER_BYTES) / rate, *sent)
                 else:
                     sent[0](*sent[1:])
             return
-        returned = None
-        if nbytes > buffered and sent is not None:  # returns once the rest fits in the buffer
-            flow = (link, nbytes - buffered, sent, delivered, buffered)
-        else:  # nobody waits for its return: one phase of all its bytes
-            returned = sent
-            flow = (link, nbytes, None, delivered, 0.0)
+        if nbytes > SOCKET_BUFFER_BYTES and sent is not None:
+            # Returns once the rest fits in the buffer; the buffer's bytes go on after.
+            first, rest, returned = nbytes - SOCKET_BUFFER_BYTES, SOCKET_BUFFER_BYTES, None
+        else:  # nobody waits for its return (or it fits): one phase of all its bytes
+            first, rest, returned, sent = nbytes, 0.0, sent, None
         ports = link[0]
         if nbytes > 0 and self._shortcuts and self._alone(ports, now):
-            self._lone(flow, bound, now)
+            lone = self._hold(link, first, sent, delivered, rest, bound, now)
+            if rest > 0:
+                engine.at(lone.sent_at, self._lone_sent, lone)
+            engine.at(lone.end + latency, self._lone_delivered, lone)
         else:
             self._claim(ports, now)
-            fid, ports, nbytes, cap = self._flow(*flow)
+            fid, ports, nbytes, cap = self._flow(link, first, sent, delivered, rest)
             if nbytes > 0 and self._shortcuts:
                 # Its rate is set with those of the others that start at this instant (a
                 # server's replies, an incast), once these callbacks have run.
@@ -280,19 +288,14 @@ class Transport:
                 return False
         return True
 
-    def _lone(self, flow: tuple, bound: float, now: float) -> None:
-        """Time a flow (link, first bytes, sent, delivered, rest) alone on its ports."""
-        lone = self._hold(flow, bound, now)
-        if lone.rest > 0:
-            self.engine.at(lone.sent_at, self._lone_sent, lone)
-        self.engine.at(lone.end + lone.link[2], self._lone_delivered, lone)
-
-    def _hold(self, flow: tuple, bound: float, now: float) -> _Lone:
-        """A lone flow's record, holding its ports; the caller times its callbacks."""
-        link, first, sent, delivered, rest = flow
+    def _hold(self, link: tuple, first: float, sent, delivered: tuple, rest: float,
+              bound: float, now: float) -> _Lone:
+        """The record of a flow alone on its ports (_start's, a ring's edge), holding them;
+        the caller times its callbacks."""
         lone = _Lone(self.flows.reserve(), link, first, sent, delivered, rest, bound, now)
+        held = self._held
         for p in link[0]:
-            self._held[p] = lone
+            held[p] = lone
         return lone
 
     def _lone_sent(self, lone: _Lone) -> None:

@@ -253,11 +253,12 @@ def test_a_dpsgd_straggler_sends_to_both_neighbours_at_once(tmp_path):
 
 @pytest.mark.parametrize("algorithm", ["ps-async", "ps-sync", "adpsgd", "allreduce-backup",
                                        "async-diloco"])
-def test_a_requests_reply_receive_posted_at_its_send_gives_the_real_loops_times(
+def test_a_requests_reply_moved_without_the_rendezvous_gives_the_real_loops_times(
         tmp_path, monkeypatch, algorithm):
-    # Transport.request posts the receive for a request's reply before the send, where the
-    # real loop posts it once the send returns: the same times, since no reply is sent before
-    # its request arrives. The socket buffer shrunk below a message, so that sends return
+    # Transport.request and reply move a request's reply at its send, without matching it to
+    # a receive: the real loop posts that receive once the request's send returns, and the
+    # reply is sent only after the request arrived. The reference plays the real loop's order
+    # through the Rendezvous. The socket buffer shrunk below a message, so that sends return
     # before their last bytes leave; a straggler, so that requests meet at a NIC.
     monkeypatch.setattr(transport_module, "SOCKET_BUFFER_BYTES", 4_000)
 
@@ -271,11 +272,27 @@ def test_a_requests_reply_receive_posted_at_its_send_gives_the_real_loops_times(
         return [e["t_end"] for r in range(4)
                 for e in read_jsonl(result.run_dir / f"events.rank{r}.jsonl")[0]]
 
-    posted_first = ends("request")
-    monkeypatch.setattr(Transport, "request",
-                        lambda self, src, dst, nbytes, delivered, key, reply_key:
-                        self.send_then_receive(src, dst, nbytes, delivered, key, dst, reply_key))
-    assert posted_first == pytest.approx(ends("send-then-receive"), rel=1e-9, abs=0)
+    unmatched = ends("request-reply")
+    monkeypatch.setattr(
+        Transport, "request",
+        lambda self, src, dst, nbytes, delivered, key, reply_key: self.send(
+            src, dst, nbytes, self.engine.now, delivered,
+            sent=(self.post_receive, src, dst, reply_key), key=key))
+    monkeypatch.setattr(
+        Transport, "reply",
+        lambda self, src, dst, nbytes, delivered, key, sent=None: self.send(
+            src, dst, nbytes, self.engine.now, delivered, sent=sent, key=key))
+    assert unmatched == pytest.approx(ends("rendezvous"), rel=1e-9, abs=0)
+
+
+def test_a_reply_to_no_request_is_refused():
+    # Its bytes would move to a receive nobody posted.
+    cluster = Cluster(NetworkConfig(nic_gbps=1.0), 3, 3)
+    transport = Transport(Clock(), cluster)
+    transport.request(0, 2, 1e6, (print,), "push", "reply")
+    transport.reply(2, 0, 1e6, (print,), "reply")
+    with pytest.raises(RuntimeError, match="rank 2 replied to rank 0, which has no request"):
+        transport.reply(2, 0, 1e6, (print,), "reply")
 
 
 @pytest.mark.parametrize("per_node", [1, 2])
