@@ -198,9 +198,10 @@ class FlowNetwork:
         #: a flow alone, a pool's new members); a pool's rate change counts none.
         self.last_recompute = 0
         #: Flows started by start_later at the network's time, on their ports, their rates
-        #: not yet set, and pools whose completion entry an extension made stale: settle()'s.
+        #: not yet set, and pools whose completion entry is stale (a member extended, or
+        #: members joined: n replies joining at one instant renew it once): settle()'s.
         self._unplaced: list[_Flow] = []
-        self._extended: dict[int, _Pool] = {}
+        self._renew: dict[int, _Pool] = {}
 
     @property
     def now(self) -> float:
@@ -220,7 +221,7 @@ class FlowNetwork:
         finish()."""
         if not t >= self._now:
             raise ValueError(f"time {t} is before the network's time {self._now}")
-        if t > self._now and (self._unplaced or self._extended):
+        if t > self._now and (self._unplaced or self._renew):
             self.settle()
         self._now = t
 
@@ -260,7 +261,7 @@ class FlowNetwork:
         with a new id, distinct existing ports, finite nbytes >= 0 and cap > 0 (the simulator's
         transport, which starts a flow for every message it moves)."""
         self.advance(t)
-        if self._unplaced or self._extended:
+        if self._unplaced or self._renew:
             self.settle()
         self.last_recompute = 0
         on_port, moving = self.on_port, []
@@ -304,16 +305,16 @@ class FlowNetwork:
 
     def settle(self) -> None:
         """Set the rates of the flows start_later began, and renew the completion entries of
-        the pools whose members extend() lengthened (each query does this first)."""
-        if self._extended:
-            pools, self._extended = self._extended, {}
-            for port, pool in pools.items():
-                if self._pools.get(port) is pool:
-                    self._push_pool(pool)
+        the pools whose members joined or were extended (each query does this first)."""
         if self._unplaced:
             moving, self._unplaced = self._unplaced, []
             self.last_recompute = 0
             self._place_all(moving)
+        if self._renew:
+            pools, self._renew = self._renew, {}
+            for port, pool in pools.items():
+                if self._pools.get(port) is pool:
+                    self._push_pool(pool)
 
     def _new_flow(self, flow_id: Hashable, ports: tuple[int, ...], nbytes: float,
                   cap: float) -> _Flow:
@@ -343,7 +344,7 @@ class FlowNetwork:
         """Take in a flow of nbytes (reserve()'s `seq`) that has moved alone on its ports at
         its bound, `left` bytes still to move at time `at` (<= now): as a start and
         extend() would have left it. Its ports must carry no other flow."""
-        if self._unplaced or self._extended:
+        if self._unplaced or self._renew:
             self.settle()
         on_port = self.on_port
         if any(on_port[p] for p in ports) or flow_id in self._flows:
@@ -386,7 +387,7 @@ class FlowNetwork:
 
     def finish_checked(self, flow_ids: list) -> None:
         """finish_many at the network's time for flows its caller knows are in it (due()'s)."""
-        if self._unplaced or self._extended:
+        if self._unplaced or self._renew:
             self.settle()
         freed: list[int] = []
         left: dict[int, _Pool] = {}  # the pools members left, by port
@@ -436,7 +437,7 @@ class FlowNetwork:
             heapq.heappush(pool.targets, (flow.target, flow.seq, flow))
             # Its head may have changed: the pool's entry is renewed once, at settle(), for
             # all of its members extended at this instant.
-            self._extended[pool.port] = pool
+            self._renew[pool.port] = pool
             return
         flow.left, flow.at = left, self._now
         flow.version = next(self._stamps)  # its old completion entry is stale
@@ -451,7 +452,7 @@ class FlowNetwork:
         """due(); without `keep`, for a caller that finishes or extends every flow it returns
         at once (the transport), their completion entries leave the heap here rather than
         going back into it to be skipped as stale later."""
-        if self._unplaced or self._extended:
+        if self._unplaced or self._renew:
             self.settle()
         done, found, popped, now = self._done, [], [], self._now
         while done:
@@ -499,7 +500,7 @@ class FlowNetwork:
     def next_time(self) -> float | None:
         """next_completion()'s time alone (the transport's question); its entry is then the
         completion heap's first."""
-        if self._unplaced or self._extended:
+        if self._unplaced or self._renew:
             self.settle()
         done = self._done
         while done:
@@ -514,14 +515,14 @@ class FlowNetwork:
     def rate(self, flow_id: Hashable) -> float:
         """A flow's rate now, bytes per second (0 for a zero-byte flow, inf for a flow with
         neither ports nor cap)."""
-        if self._unplaced or self._extended:
+        if self._unplaced or self._renew:
             self.settle()
         flow = self._flows[flow_id]
         return flow.rate if flow.pool is None else flow.pool.rate
 
     def remaining(self, flow_id: Hashable) -> float:
         """A flow's bytes still to move at the network's time (0 once complete)."""
-        if self._unplaced or self._extended:
+        if self._unplaced or self._renew:
             self.settle()
         return self._flows[flow_id].left_at(self._now)
 
@@ -575,7 +576,8 @@ class FlowNetwork:
             pool.bank(now)
             self.last_recompute += 1
             self._enter(pool, flow)
-        self._pool_rate(pool)
+        self._pool_rate(pool, renew=False)
+        self._renew[port] = pool  # its completion entry, once for every flow joining now
         return True
 
     def _enter(self, pool: _Pool, flow: _Flow) -> None:
@@ -587,8 +589,9 @@ class FlowNetwork:
         if flow.bound < pool.capacity:  # else never below an even share of the port
             heapq.heappush(pool.bounds, (flow.bound, flow.seq, flow))
 
-    def _pool_rate(self, pool: _Pool) -> None:
-        """A pool's rate from now on: its port's even share among its members."""
+    def _pool_rate(self, pool: _Pool, renew: bool = True) -> None:
+        """A pool's rate from now on: its port's even share among its members; its completion
+        entry renewed now, or (`renew` False) by the caller."""
         pool.bank(self._now)
         pool.rate = pool.capacity / pool.members
         if pool.service > POOL_REBASE_BYTES:
@@ -600,7 +603,8 @@ class FlowNetwork:
             pool.service = 0.0
             pool.targets = [(f.target, f.seq, f) for f in members]
             heapq.heapify(pool.targets)
-        self._push_pool(pool)
+        if renew:
+            self._push_pool(pool)
 
     def _push_pool(self, pool: _Pool) -> None:
         """The pool's one completion entry, for its first member: older ones are stale."""
