@@ -93,8 +93,9 @@ class Transport:
         self._check_at = float("inf")
         #: Whether a _settled call is pending at this instant.
         self._settling = False
-        #: _link's answers by (src, dst), as messages ask.
-        self._links: dict[tuple[int, int], tuple] = {}
+        #: _link's answers, as messages ask: per source rank, by destination (no pair's
+        #: tuple to build at each message).
+        self._links: list[dict[int, tuple]] = [{} for _ in range(cluster.ports // 2)]
         #: Per rank, its requests whose reply is still to come (request, reply).
         self._requests = [0] * (cluster.ports // 2)
         #: The inter-node link's rate, which bounds every flow between nodes.
@@ -232,7 +233,7 @@ class Transport:
         buffer's bytes; one whose return nobody waits for (`sent` None) moves as one phase."""
         engine = self.engine
         now = engine.now
-        latency, rate, inside, link, bound = self._links.get((src, dst)) or self._link(src, dst)
+        latency, rate, inside, link, bound = self._links[src].get(dst) or self._link(src, dst)
         if inside:
             engine.at(now + nbytes / rate + latency, *delivered)
             if sent is not None:
@@ -344,12 +345,12 @@ class Transport:
         alone on them) from src to dst: fixed for a run under fair (no network slowdown), so
         looked up once per pair. Between nodes the NICs are shared ports and the switch's link
         bounds the flow."""
-        link = self._links.get((src, dst))
+        link = self._links[src].get(dst)
         if link is None:
             cluster = self.cluster
             latency, rate = cluster.link(src, dst)
             ports = (egress(src), ingress(dst))
-            link = self._links[(src, dst)] = (
+            link = self._links[src][dst] = (
                 latency, rate, cluster.node[src] == cluster.node[dst],
                 (ports, self._inter, latency), self.flows.bound(ports, self._inter))
         return link
