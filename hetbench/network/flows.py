@@ -477,8 +477,8 @@ class FlowNetwork:
     def _pool_due(self, pool: _Pool, keep: bool) -> list[tuple[float, int, Hashable]]:
         """(finish time, start order, id) of a pool's members complete by now; their target
         entries leave the pool's heap unless `keep` (take_due's). (head(), finish_time() and
-        left_at() written out: a server's replies all complete at one instant, and this loop
-        ran a thousand times a round.)"""
+        left_at() written out: a server's replies all complete at one instant, one pass of
+        this loop each.)"""
         targets, out, kept, now = pool.targets, [], [], self._now
         at, service, rate = pool.at, pool.service, pool.rate
         service_now = pool.service_at(now)
@@ -848,7 +848,7 @@ class Rendezvous:
         """A new message: the time of the receive it pairs with at once, or None (it is kept
         for the first receive that will take it). (Each message's and each receive's path
         is written out in one function: the transport makes several of each per simulated
-        step, and the calls were a tenth of a server's simulation.)"""
+        step.)"""
         seq, self._seq = self._seq, self._seq + 1
         stream, box = (src, dst, key), (dst, key)
         # Invariant: a receive waits only while no message it could take does, so a new

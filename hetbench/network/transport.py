@@ -122,8 +122,8 @@ class Transport:
         stream meanwhile. The real loop posts the reply's receive once the send returns, so
         the reply, sent after the request arrived (after the send returned), always finds it
         posted and nothing competes for it: here it moves from its send, without the
-        Rendezvous (the same times; two matches fewer a round trip, a fifth of a server's
-        simulation). A test plays both through the Rendezvous and holds them equal."""
+        Rendezvous (the same times, two matches fewer a round trip). A test plays both
+        through the Rendezvous and holds them equal."""
         self._requests[src] += 1
         self._send(src, dst, nbytes, delivered, None, key)
 
