@@ -354,16 +354,18 @@ class OSGPSim(SGPSim):
         outstanding[k] -= 1
         if not outstanding[k]:
             del outstanding[k]
-        if self.waiting[x]:
-            self._try_fair(x)
+            # Only an iteration done can let a waiting step go on (_try_fair's condition).
+            if self.waiting[x]:
+                self._try_fair(x)
 
     def _try_fair(self, x: int) -> None:
         """x's step goes on once its receives and sends of iterations <= k - max_delay are
         done; it ends after its sends' CPU time, mixing in what has arrived by then."""
         k = self.engine.iteration[x]
         due = k - self.delay
-        if any(j <= due for j in self._outstanding[x]):
-            return
+        for j in self._outstanding[x]:
+            if j <= due:
+                return
         self.waiting[x] = False
         net, now = self.net, self.engine.now
         end = now + self._partners(x, k)[2] * net.cpu_s * net.share(self.engine.active)
