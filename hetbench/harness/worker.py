@@ -495,5 +495,21 @@ def _services(config: RunConfig, run_dir: Path, rdzv: Rendezvous,
     return json.loads(rdzv.store.get(SERVICES_KEY))
 
 
+def end_finished_rank() -> None:
+    """End a rank started as `python -m hetbench.harness.worker` (torchrun, mpirun, srun) whose
+    records are written, as a rank of the local launcher ends (multiprocessing's os._exit):
+    without the interpreter's teardown, where destructors of torch's C++ threads have aborted a
+    finished rank ("terminate called without an active exception", SIGABRT), which its
+    launcher then reports as a failed run. MPI is finalized first: mpirun counts a rank that
+    exits without it as failed."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()
+    os._exit(0)
+
+
 if __name__ == "__main__":
     main()
+    end_finished_rank()

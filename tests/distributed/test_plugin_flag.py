@@ -137,6 +137,34 @@ def test_plugin_flag_reaches_the_ranks_that_torchrun_starts(tmp_path, bench, cli
     _loaded_on_every_rank(run_dir)
 
 
+#: A rank whose interpreter teardown aborts, as the destructors of torch's C++ threads have
+#: aborted a finished torchrun rank ("terminate called without an active exception"): only in
+#: a rank that `python -m hetbench.harness.worker` started, not in bench itself.
+ABORT_AT_TEARDOWN = """
+import atexit
+import os
+import sys
+
+if getattr(getattr(sys.modules["__main__"], "__spec__", None), "name", "") == (
+        "hetbench.harness.worker"):
+    atexit.register(os.abort)
+"""
+
+
+@pytest.mark.slow
+def test_a_torchrun_rank_ends_without_the_interpreters_teardown(tmp_path, bench, cli_env):
+    # Its records are written when its teardown would run: a rank that aborted there (SIGABRT)
+    # was reported by torchrun, and so by bench, as a failed run.
+    plugin, out = _plugin(tmp_path), tmp_path / "out"
+    plugin.write_text(ABORT_AT_TEARDOWN + PLUGIN)
+    ran = bench("run", "--plugin", plugin, "--launcher", "torchrun", *RUN, "--out", out,
+                env=_env(cli_env))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    summary = json.loads((_run_dir(out) / "summary.json").read_text())
+    assert summary["status"] == "ok", summary.get("cause")
+    _loaded_on_every_rank(_run_dir(out))
+
+
 def test_unknown_names_and_bad_plugins_are_one_line_that_says_how_plugins_load(
         tmp_path, bench, cli_env):
     env = _env(cli_env)
