@@ -36,6 +36,7 @@ collectives through `rings` (Protocol.after_rings does either), and says so with
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Callable, Hashable
 
 from hetbench.network.flows import ANY, FlowNetwork, Rendezvous
@@ -113,6 +114,18 @@ class Transport:
             self.engine.at(at, self._send, src, dst, nbytes, delivered, sent, key)
         else:
             self._send(src, dst, nbytes, delivered, sent, key)
+
+    def send_then_receive(self, src: int, dst: int, nbytes: float, delivered: tuple,
+                          key: Hashable, receive_from: int, receive_key: Hashable) -> None:
+        """Deprecated, kept for plugins' protocols: a blocking send from src now, then src's
+        receive from `receive_from` (a peer, or ANY) on `receive_key` once it returns. Pass
+        sent=(transport.post_receive, src, receive_from, receive_key) to `send` instead, or
+        for a request and its reply use `request` and `reply`."""
+        warnings.warn("Transport.send_then_receive is deprecated: pass sent=(transport."
+                      "post_receive, src, receive_from, receive_key) to send, or use request "
+                      "and reply", DeprecationWarning, stacklevel=2)
+        self._send(src, dst, nbytes, delivered, (self._receive, src, receive_from, receive_key),
+                   key)
 
     def request(self, src: int, dst: int, nbytes: float, delivered: tuple, key: Hashable,
                 reply_key: Hashable) -> None:

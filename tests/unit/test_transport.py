@@ -441,3 +441,21 @@ def test_lone_flows_and_settled_starts_give_the_reference_transports_times(seed)
     fast, reference = _random_traffic(seed, True), _random_traffic(seed, False)
     assert fast.keys() == reference.keys() and len(fast) > 400
     assert fast == pytest.approx(reference, rel=1e-9, abs=1e-12)
+
+
+def test_send_then_receive_is_kept_for_plugins_with_a_deprecation_warning():
+    # Its former callers moved to request and reply; a plugin's protocol may still call it.
+    cluster = Cluster(NetworkConfig(nic_gbps=1.0), 3, 3)
+    clock = Clock()
+    transport = Transport(clock, cluster)
+    times = {}
+    transport.post_receive(1, 0, "push")
+    with pytest.warns(DeprecationWarning, match="send_then_receive is deprecated"):
+        transport.send_then_receive(0, 1, 1e6, (times.setdefault, "pushed", 1), "push", 1,
+                                    "reply")
+    clock.at(0.5, transport.send, 1, 0, 1e6, 0.5,
+             (lambda: times.setdefault("reply", clock.now),), None, "reply")
+    clock.drain()
+    # The push's return posted 0's receive, so the reply, sent later, moved at once.
+    assert times["pushed"] == 1
+    assert times["reply"] == pytest.approx(0.5 + 1e6 / (1.0 * GBIT), rel=1e-3)
