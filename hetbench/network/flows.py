@@ -476,25 +476,16 @@ class FlowNetwork:
 
     def _pool_due(self, pool: _Pool, keep: bool) -> list[tuple[float, int, Hashable]]:
         """(finish time, start order, id) of a pool's members complete by now; their target
-        entries leave the pool's heap unless `keep` (take_due's). (head(), finish_time() and
-        left_at() written out: a server's replies all complete at one instant, one pass of
-        this loop each.)"""
+        entries leave the pool's heap unless `keep` (take_due's)."""
         targets, out, kept, now = pool.targets, [], [], self._now
-        at, service, rate = pool.at, pool.service, pool.rate
-        service_now = pool.service_at(now)
-        pop = heapq.heappop
-        while targets:
-            target, seq, head = targets[0]
-            if head.pool is not pool or head.target != target:
-                pop(targets)  # stale: its member left or was extended
-                continue
-            when = at + (target - service) / rate
-            if when > now and target - service_now > head.tol:
+        while (head := pool.head()) is not None:
+            when = head.finish_time()
+            if not (when <= now or head.left_at(now) == 0.0):
                 break
-            entry = pop(targets)
+            entry = heapq.heappop(targets)
             if keep:
                 kept.append(entry)
-            out.append((when, seq, head.fid))
+            out.append((when, head.seq, head.fid))
         for entry in kept:
             heapq.heappush(targets, entry)
         return out
