@@ -340,18 +340,20 @@ class FlowNetwork:
     # network would have kept it in.
 
     def adopt(self, flow_id: Hashable, seq: int, ports: tuple[int, ...], nbytes: float,
-              left: float, at: float, cap: float) -> None:
-        """Take in a flow of nbytes (reserve()'s `seq`) that has moved alone on its ports at
-        its bound, `left` bytes still to move at time `at` (<= now): as a start and
-        extend() would have left it. Its ports must carry no other flow."""
+              left: float, at: float, cap: float, rate: float | None = None) -> None:
+        """Take in a flow of nbytes (reserve()'s `seq`) kept outside, `left` bytes still to
+        move at time `at` (<= now), moving at `rate` since: as a start and extend() would
+        have left it. `rate` None: it has moved alone on its ports, at its bound, and its
+        ports must carry no other flow. A caller that kept flows sharing a port hands them
+        over together, each with its max-min rate among them."""
         if self._unplaced or self._renew:
             self.settle()
         on_port = self.on_port
-        if any(on_port[p] for p in ports) or flow_id in self._flows:
+        if flow_id in self._flows or (rate is None and any(on_port[p] for p in ports)):
             raise ValueError(f"flow {flow_id!r} is not alone on its ports")
         flow = _Flow(flow_id, seq, ports, nbytes, at, cap, self.bound(ports, cap))
         flow.left = left
-        flow.rate = flow.bound
+        flow.rate = flow.bound if rate is None else rate
         flow.version = next(self._stamps)
         self._flows[flow_id] = flow
         for p in ports:

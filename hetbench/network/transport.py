@@ -36,6 +36,7 @@ collectives through `rings` (Protocol.after_rings does either), and says so with
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 from collections.abc import Callable, Hashable
 
@@ -50,23 +51,55 @@ SOCKET_BUFFER_BYTES = 4 * 2**20
 
 
 class _Lone:
-    """A flow alone on its ports since its start (`start`), at its bound (`rate`, given at its
-    start): its `first` bytes are out at `sent_at` (its send returns, `returned` once it has),
-    and its `rest` (the socket buffer's) at `end`. `live` until it has been delivered (a
-    ring's edge: counted at its ring's end) or handed over to the FlowNetwork."""
+    """A flow the transport times itself, without the FlowNetwork: alone on its ports at its
+    rate alone (`bound`), or one of a pair (Transport._pair). From `at`, with `moved` of its
+    bytes out then, it moves at `rate` until `until`, then at its bound (a pair's survivor,
+    once the other has ended). Its `first` bytes are out at `sent_at` (its send returns,
+    `returned` once it has), and its `rest` (the socket buffer's) at `end`. `live` until it
+    has been delivered (a ring's edge, `ring`: counted at its ring's end) or handed over to
+    the FlowNetwork; `partner`: the other flow of its last pair. Its clock callbacks carry its
+    `timing`: a pair re-times the older flow, and the callbacks of its old times are stale."""
 
-    __slots__ = ("delivered", "end", "first", "link", "live", "rest", "returned", "sent",
-                 "sent_at", "seq", "start")
+    __slots__ = ("at", "bound", "delivered", "end", "first", "link", "live", "moved",
+                 "partner", "rate", "rest", "returned", "ring", "sent", "sent_at", "seq",
+                 "timing", "until")
 
     def __init__(self, seq, link, first, sent, delivered, rest, rate, start):
         self.seq, self.link = seq, link
         self.first, self.sent, self.delivered, self.rest = first, sent, delivered, rest
-        self.start = start
+        self.at, self.moved, self.rate, self.bound, self.until = start, 0.0, rate, rate, math.inf
         # The times the FlowNetwork would give it: finish_time() of `first` bytes from start,
         # then of `rest` more from there (extend).
         self.sent_at = start + first / rate
         self.end = self.sent_at + rest / rate if rest > 0 else self.sent_at
-        self.live, self.returned = True, False
+        self.live, self.returned, self.ring = True, False, False
+        self.partner: _Lone | None = None
+        self.timing = 0
+
+    def moved_at(self, t: float) -> float:
+        """Its bytes out by time t (>= at)."""
+        if t <= self.until:
+            return self.moved + self.rate * (t - self.at)
+        return self.moved + self.rate * (self.until - self.at) + self.bound * (t - self.until)
+
+    def time_of(self, nbytes: float) -> float:
+        """When `nbytes` of its bytes are out (nbytes >= moved)."""
+        switch = self.moved + self.rate * (self.until - self.at)  # inf while `until` is
+        if nbytes <= switch:
+            return self.at + (nbytes - self.moved) / self.rate
+        return self.until + (nbytes - switch) / self.bound
+
+
+def _pair_rates(capacity: float, a: float, b: float) -> tuple[float, float]:
+    """The max-min rates of two flows that share one port of `capacity`, a and b their rates
+    alone (each of their other ports carries it alone): the even share, unless one's own
+    bound is below it and leaves the other more."""
+    half = capacity / 2
+    if a >= half and b >= half:
+        return half, half
+    if a <= b:
+        return a, min(b, capacity - a)
+    return min(a, capacity - b), b
 
 
 class Transport:
@@ -81,7 +114,9 @@ class Transport:
     def __init__(self, engine, cluster, shortcuts: bool = True):
         self.engine, self.cluster = engine, cluster
         self._shortcuts = shortcuts
-        self.flows = FlowNetwork([cluster.nic_rate(p // 2) for p in range(cluster.ports)])
+        #: Per NIC port, its bandwidth (the FlowNetwork's capacities; a pair's shared port).
+        self._capacity = [cluster.nic_rate(p // 2) for p in range(cluster.ports)]
+        self.flows = FlowNetwork(self._capacity)
         # gloo moves no message before its receive is posted, whatever its size.
         self.rendezvous = Rendezvous(eager_bytes=0.0)
         self._ids = itertools.count()
@@ -194,6 +229,7 @@ class Transport:
             edge = ((ports, cap, 0.0), edge_bytes, None, (self._edges_done, ring, 1), 0.0)
             if edge_bytes > 0 and self._shortcuts and self._alone(ports, now):
                 lone = self._hold(*edge, bound, now)
+                lone.ring = True  # its end is counted with the ring's: never re-timed
                 lones.append(lone)
                 last = max(last, lone.end)
             else:
@@ -261,11 +297,12 @@ class Transport:
         else:  # nobody waits for its return (or it fits): one phase of all its bytes
             first, rest, returned, sent = nbytes, 0.0, sent, None
         ports = link[0]
-        if nbytes > 0 and self._shortcuts and self._alone(ports, now):
+        company = self._company(ports, now) if nbytes > 0 and self._shortcuts else None
+        if company is not None:
             lone = self._hold(link, first, sent, delivered, rest, bound, now)
-            if rest > 0:
-                engine.at(lone.sent_at, self._lone_sent, lone)
-            engine.at(lone.end + latency, self._lone_delivered, lone)
+            if company:
+                self._pair(*company, lone, now)
+            self._time(lone)
         else:
             self._claim(ports, now)
             fid, ports, nbytes, cap = self._flow(link, first, sent, delivered, rest)
@@ -282,14 +319,18 @@ class Transport:
         if returned is not None:
             returned[0](*returned[1:])
 
-    # -- lone flows: timed here while alone on their ports -------------------------------------
+    # -- lone flows: timed here while alone on their ports, or two sharing one ----------------
     # Most messages of the point-to-point protocols move alone on their two NICs (a worker
     # sends one message at a time, a server takes one push at a time): such a flow moves at
     # its bound from its first byte to its last unless another flow starts on one of its
     # ports, so its send's return and its end are known at its start. It is timed by two
     # callbacks of the clock and never enters the FlowNetwork, whose completion checks cost
     # several times more; the first flow to start on one of its ports hands it over
-    # (_claim), in the state the network would have kept it in.
+    # (_claim), in the state the network would have kept it in. So is a pair: a message that
+    # starts on a port of one lone flow and shares nothing else, as a server's blocking
+    # replies do (each starts when the previous one's send returns, while that one's socket
+    # buffer still leaves the same NIC): both move at their max-min rates until the first
+    # ends, the other at its bound from then, all known at the pair's start.
 
     def _alone(self, ports: tuple[int, ...], now: float) -> bool:
         """Whether a flow starting now on `ports` would be alone on them."""
@@ -302,6 +343,22 @@ class Transport:
                 return False
         return True
 
+    def _company(self, ports: tuple[int, ...], now: float) -> tuple | None:
+        """What a message's flow starting now on `ports` would share them with: () nothing,
+        (lone flow, port) a lone flow it may pair with (on that port alone, not a ring's
+        edge, not in a pair still sharing), None anything else (the FlowNetwork's)."""
+        on_port, held = self.flows.on_port, self._held
+        company = ()
+        for p in ports:
+            if on_port[p]:
+                return None
+            lone = held[p]
+            if lone is not None and lone.live and lone.end > now:
+                if company or lone.ring or (lone.partner is not None and now < lone.until):
+                    return None
+                company = (lone, p)
+        return company
+
     def _hold(self, link: tuple, first: float, sent, delivered: tuple, rest: float,
               bound: float, now: float) -> _Lone:
         """The record of a flow alone on its ports (_start's, a ring's edge), holding them;
@@ -312,41 +369,85 @@ class Transport:
             held[p] = lone
         return lone
 
-    def _lone_sent(self, lone: _Lone) -> None:
+    def _pair(self, older: _Lone, port: int, new: _Lone, now: float) -> None:
+        """`new` starts on `port`, which `older` moves on alone: both at their max-min rates
+        until the first of them ends (`until`), the other at its bound from then. The older
+        one is re-timed; the port is held by the one that ends last."""
+        older.moved, older.at = older.moved_at(now), now
+        older.rate, new.rate = _pair_rates(self._capacity[port], older.bound, new.bound)
+        until = min(now + (older.first + older.rest - older.moved) / older.rate,
+                    now + (new.first + new.rest) / new.rate)
+        for lone, other in ((older, new), (new, older)):
+            lone.until, lone.partner = until, other
+            # Not before now: the older one's first bytes may be out at this very instant,
+            # its return still to run, and round-off must not put it in the past.
+            if lone.rest > 0 and not lone.returned:
+                lone.sent_at = max(now, lone.time_of(lone.first))
+            lone.end = max(now, lone.time_of(lone.first + lone.rest))
+        older.timing += 1  # its callbacks timed before are stale
+        self._time(older)
+        self._held[port] = older if older.end > new.end else new
+
+    def _time(self, lone: _Lone) -> None:
+        """The clock callbacks of a lone flow's return (if still to come) and delivery."""
+        engine = self.engine
+        if lone.rest > 0 and not lone.returned:
+            engine.at(lone.sent_at, self._lone_sent, lone, lone.timing)
+        engine.at(lone.end + lone.link[2], self._lone_delivered, lone, lone.timing)
+
+    def _lone_sent(self, lone: _Lone, timing: int) -> None:
         """The first bytes are out: the send returns, the buffer's bytes go on."""
-        if lone.live:
+        if lone.live and lone.timing == timing:
             lone.returned = True
             lone.sent[0](*lone.sent[1:])
 
-    def _lone_delivered(self, lone: _Lone) -> None:
+    def _lone_delivered(self, lone: _Lone, timing: int) -> None:
         """Its last byte left at its end, a link latency ago."""
-        if lone.live:
+        if lone.live and lone.timing == timing:
             lone.live = False
+            lone.partner = None  # no cycle left for the collector (off during a run)
             lone.delivered[0](*lone.delivered[1:])
 
     def _claim(self, ports: tuple[int, ...], now: float) -> None:
         """Before a flow starts on `ports`: hand the lone flows still moving on them over to
-        the FlowNetwork (their callbacks here no longer run)."""
+        the FlowNetwork (their callbacks here no longer run), with the other of a pair that
+        still shares a port."""
         held = self._held
         for p in ports:
             lone = held[p]
             if lone is None:
                 continue
             held[p] = None
-            if not (lone.live and lone.end > now):
-                continue
-            lone.live = False
-            fid = next(self._ids)  # its id in the network, from the hand-over
-            link = lone.link
-            ports_, cap, _ = link
-            if lone.rest > 0 and lone.returned:
-                # Extended by its buffer's bytes at sent_at, as _complete does.
-                nbytes, left, at = lone.first + lone.rest, lone.rest, lone.sent_at
-                self._moving[fid] = (link, None, lone.delivered, 0.0)
-            else:
-                nbytes, left, at = lone.first, lone.first, lone.start
-                self._moving[fid] = (link, lone.sent, lone.delivered, lone.rest)
-            self.flows.adopt(fid, lone.seq, ports_, nbytes, left, at, cap)
+            partner = lone.partner
+            if partner is not None and now < lone.until:
+                self._hand_over(partner, now)
+            self._hand_over(lone, now)
+
+    def _hand_over(self, lone: _Lone, now: float) -> None:
+        """A lone flow still moving goes on in the FlowNetwork, in the state the network
+        would have kept it in: at its rate since its rate last changed."""
+        if not (lone.live and lone.end > now):
+            return
+        lone.live, partner, lone.partner = False, lone.partner, None
+        fid = next(self._ids)  # its id in the network, from the hand-over
+        link = lone.link
+        ports, cap, _ = link
+        if now < lone.until:  # at `rate` since `at`
+            at, moved, rate = lone.at, lone.moved, lone.rate
+        else:  # a pair's survivor, at its bound since the other ended
+            at, moved, rate = lone.until, lone.moved_at(lone.until), lone.bound
+        if lone.rest > 0 and lone.returned:
+            # Extended by its buffer's bytes at its return, as _complete does.
+            nbytes = lone.first + lone.rest
+            left = lone.rest if lone.sent_at >= at else nbytes - moved
+            at = max(at, lone.sent_at)
+            self._moving[fid] = (link, None, lone.delivered, 0.0)
+        else:
+            nbytes, left = lone.first, max(0.0, lone.first - moved)
+            self._moving[fid] = (link, lone.sent, lone.delivered, lone.rest)
+        # A flow never paired has moved alone at its bound (the network checks its ports).
+        self.flows.adopt(fid, lone.seq, ports, nbytes, left, at, cap,
+                         None if partner is None else rate)
 
     def _settled(self) -> None:
         """The flows started at this instant: their rates, and the check at the next end."""

@@ -391,21 +391,35 @@ def test_the_transports_old_path_still_imports_and_says_where_it_went():
     assert old.Transport is hetbench.network.transport.Transport
 
 
-def _random_traffic(seed: int, shortcuts: bool) -> dict:
+def _random_traffic(seed: int, shortcuts: bool, uneven: bool = False) -> dict:
     """Messages between 8 ranks (2 a node) at random times, sizes on both sides of the socket
     buffer, receives posted before and after their sends (some from ANY), and now and then a
-    ring or a rank's replies to four others at one instant (a pool at its NIC): {(what, i):
-    when} for every send's return, delivery and ring's end."""
+    ring, a rank's replies to four others at one instant (a pool at its NIC) or to three one
+    blocking send after another (each starts at the previous one's return, while its buffer
+    still leaves the NIC): {(what, i): when} for every send's return, delivery and ring's
+    end. `uneven`: the ranks' NICs at 1, 1/2 and 1/3 of the rate, so that two flows sharing a
+    port do not always split it evenly."""
     rng = random.Random(seed)
     ranks = 8
     cluster = Cluster(NetworkConfig(workers_per_node=2, nic_gbps=1.0, inter_gbps=1.5,
-                                    inter_latency_us=30.0), ranks, ranks)
+                                    inter_latency_us=30.0), ranks, ranks,
+                      nic_factor=(lambda rank, t: 1 + rank % 3) if uneven else None)
     clock = Clock()
     transport = Transport(clock, cluster, shortcuts=shortcuts)
     times: dict = {}
 
     def record(what):
+        assert clock.now >= max(times.values(), default=0.0), "the clock went back"
         times[what] = clock.now
+
+    def replies(src, dsts, i, j=0):
+        """src's blocking replies to dsts, the next one sent when this one's send returns."""
+        if j:
+            record(("sent", i, j - 1))
+        if j < len(dsts):
+            transport.send(src, dsts[j], rng.uniform(5e6, 9e6), clock.now,
+                           (record, ("delivered", i, j)), (replies, src, dsts, i, j + 1),
+                           "chain")
 
     t = 0.0
     for i in range(300):
@@ -413,6 +427,13 @@ def _random_traffic(seed: int, shortcuts: bool) -> dict:
         if rng.random() < 0.05:
             members = rng.sample(range(ranks), rng.randint(2, 4))
             transport.rings(members, [rng.uniform(1e5, 2e6)], t, (record, ("ring", i)))
+            continue
+        if rng.random() < 0.1:
+            src = rng.randrange(ranks)
+            dsts = rng.sample([r for r in range(ranks) if r != src], 3)
+            for dst in dsts:
+                clock.at(t, transport.post_receive, dst, src, "chain")
+            clock.at(t, replies, src, dsts, i)
             continue
         if rng.random() < 0.1:  # a server's replies: one rank to several at one instant
             src = rng.randrange(ranks)
@@ -433,12 +454,14 @@ def _random_traffic(seed: int, shortcuts: bool) -> dict:
     return times
 
 
+@pytest.mark.parametrize("uneven", [False, True])
 @pytest.mark.parametrize("seed", range(5))
-def test_lone_flows_and_settled_starts_give_the_reference_transports_times(seed):
-    # A flow alone on its NICs is timed by the transport itself and handed to the FlowNetwork
-    # when another flow starts on one of them; flows that start at one instant get their
-    # rates together. Neither may move any message's times.
-    fast, reference = _random_traffic(seed, True), _random_traffic(seed, False)
+def test_lone_flows_and_settled_starts_give_the_reference_transports_times(seed, uneven):
+    # A flow alone on its NICs, or two sharing one port, is timed by the transport itself and
+    # handed to the FlowNetwork when another flow starts on one of them; flows that start at
+    # one instant get their rates together. None of it may move any message's times.
+    fast = _random_traffic(seed, True, uneven)
+    reference = _random_traffic(seed, False, uneven)
     assert fast.keys() == reference.keys() and len(fast) > 400
     assert fast == pytest.approx(reference, rel=1e-9, abs=1e-12)
 
@@ -459,3 +482,88 @@ def test_send_then_receive_is_kept_for_plugins_with_a_deprecation_warning():
     # The push's return posted 0's receive, so the reply, sent later, moved at once.
     assert times["pushed"] == 1
     assert times["reply"] == pytest.approx(0.5 + 1e6 / (1.0 * GBIT), rel=1e-3)
+
+
+def _blocking_replies(shortcuts: bool, other_flow: bool) -> tuple[dict, int]:
+    """Rank 0's blocking replies of 20 MB to ranks 1-7, one after another (each sent when the
+    previous one's send returns, while that one's last 4 MB still leave rank 0's NIC), to
+    ranks whose NICs run at 1, 1/2 and 1/3 of rank 0's. `other_flow`: rank 5 sends 6 MB to
+    rank 1 while rank 1's reply still shares rank 0's NIC with rank 2's. Returns every
+    reply's return and delivery time, and how many flows entered the FlowNetwork."""
+    cluster = Cluster(NetworkConfig(nic_gbps=1.0, inter_gbps=1.5), 8, 8,
+                      nic_factor=lambda rank, t: 1 + rank % 3)
+    clock = Clock()
+    transport = Transport(clock, cluster, shortcuts=shortcuts)
+    entered = itertools.count()
+    network = transport.flows
+    start_later, start_checked, adopt = (network.start_later, network.start_checked,
+                                         network.adopt)
+    network.start_later = lambda *a: (next(entered), start_later(*a))
+    network.start_checked = lambda t, flows: ([next(entered) for _ in flows],
+                                              start_checked(t, flows))
+    network.adopt = lambda *a: (next(entered), adopt(*a))
+    times: dict = {}
+
+    def record(what):
+        assert clock.now >= max(times.values(), default=0.0), "the clock went back"
+        times[what] = clock.now
+
+    def reply(dst):
+        if dst > 1:
+            record(("sent", dst - 1))
+        if dst < 8:
+            transport.send(0, dst, 20e6, clock.now, (record, ("in", dst)), (reply, dst + 1))
+
+    for dst in range(1, 8):
+        transport.post_receive(dst, 0)
+    reply(1)
+    if other_flow:
+        # Rank 1's reply returns after its first 15.8 MB at 1/2 Gbit/s (0.253 s); rank 2's
+        # starts then, and shares rank 0's NIC with rank 1's last 4 MiB until 0.32 s.
+        transport.post_receive(1, 5, "other")
+        transport.send(5, 1, 6e6, 0.26, (record, "other"), None, "other")
+    clock.drain()
+    return times, next(entered)
+
+
+@pytest.mark.parametrize("other_flow", [False, True])
+def test_a_servers_blocking_replies_timed_in_pairs_give_the_reference_transports_times(
+        other_flow):
+    # Each reply shares rank 0's NIC with the previous one's buffered tail: a pair, timed by
+    # the transport (no flow enters the FlowNetwork) at the max-min rates the network would
+    # give them, even split or not; a third flow hands a pair over to the network.
+    fast, entered = _blocking_replies(True, other_flow)
+    reference, _ = _blocking_replies(False, other_flow)
+    assert fast.keys() == reference.keys() and len(fast) == 14 + other_flow
+    assert fast == pytest.approx(reference, rel=1e-9, abs=1e-12)
+    if other_flow:
+        assert entered >= 3  # the pair and the third flow
+    else:
+        assert entered == 0
+    # Rank 1's reply moved alone at its NIC's 1/2 Gbit/s until its send returned.
+    assert fast["sent", 1] == pytest.approx((20e6 - SOCKET_BUFFER_BYTES) / (GBIT / 2))
+
+
+def test_a_pair_formed_at_the_older_flows_return_times_nothing_before_now():
+    # Rank 0's 20,845,920-byte message to rank 1 returns its send at first / rate, and a
+    # message to rank 2 starts at that same instant, before the return's callback has run:
+    # rate x (first / rate) exceeds `first` by round-off there, so the pair must not time
+    # the older one's return a hair before now (the clock would go back).
+    cluster = Cluster(NetworkConfig(nic_gbps=1.0), 3, 3)
+    clock = Clock()
+    transport = Transport(clock, cluster)
+    nbytes = 20_845_920.0
+    returns_at = (nbytes - SOCKET_BUFFER_BYTES) / (1.0 * GBIT)
+    seen = []
+
+    def record(what):
+        seen.append((what, clock.now))
+
+    transport.post_receive(1, 0)
+    transport.post_receive(2, 0)
+    clock.at(returns_at, transport.send, 0, 2, 1e6, returns_at, (record, "in 2"), None)
+    transport.send(0, 1, nbytes, 0.0, (record, "in 1"), (record, "returned 1"))
+    clock.drain()
+    times = [t for _, t in seen]
+    assert times == sorted(times) and times[0] == pytest.approx(returns_at)
+    assert min(times) >= returns_at
