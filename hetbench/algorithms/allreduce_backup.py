@@ -182,6 +182,8 @@ class AllReduceBackupSim(Protocol):
             #: Replies the aggregator is to send, one blocking send after another.
             self._outbox: deque[tuple[int, bool, dict]] = deque()
             self._sending = False
+            #: Inside transport.reply (whose send may return at once), and whether it did.
+            self._replying = self._returned = False
             self._receive_posted = True
             self.transport.post_receive(self.n, ANY, GRAD_TAG)
         beta = self.net.beta_bytes_per_s
@@ -329,21 +331,30 @@ class AllReduceBackupSim(Protocol):
             self._send_next()
 
     def _send_next(self) -> None:
-        if self._outbox:
-            self._sending = True
-            x, used, step = self._outbox.popleft()
+        """The aggregator's next reply, sent now; the one after it is sent when this one's
+        send returns (here, in this loop, for a send that returned at once: a quorum of
+        replies that fit in the socket buffer would otherwise nest a call each). With none
+        left, its next receive."""
+        outbox = self._outbox
+        while outbox:
+            x, used, step = outbox.popleft()
+            self._sending, self._replying, self._returned = True, True, False
             self.transport.reply(self.n, x, self.model_bytes + 12, (self._reply_in, x, used, step),
                                  PARAMS_TAG, sent=(self._sent,))
-            return
+            self._replying = False
+            if not self._returned:
+                return
         self._sending = False
         if not self._receive_posted:
             self._receive_posted = True
             self.transport.post_receive(self.n, ANY, GRAD_TAG)
 
     def _sent(self) -> None:
-        """A reply's send returned: the next one, as an event of its own (a quorum of replies
-        that each return at once would otherwise nest a call per reply)."""
-        self.engine.at(self.engine.now, self._send_next)
+        """A reply's send returned: the next one."""
+        if self._replying:  # inside reply(): _send_next's loop goes on
+            self._returned = True
+        else:
+            self._send_next()
 
     def _reply_in(self, x: int, used: bool, step: dict) -> None:
         now = self.engine.now
