@@ -405,8 +405,11 @@ class Transport:
         """Its last byte left at its end, a link latency ago."""
         if lone.live and lone.timing == timing:
             lone.live = False
-            lone.partner = None  # no cycle left for the collector (off during a run)
-            lone.delivered[0](*lone.delivered[1:])
+            # No cycle left for the collector (off during a run); the callback's arguments
+            # freed here, where they are in the cache, not when the port's next flow comes.
+            lone.partner = None
+            delivered, lone.delivered, lone.sent = lone.delivered, None, None
+            delivered[0](*delivered[1:])
 
     def _claim(self, ports: tuple[int, ...], now: float) -> None:
         """Before a flow starts on `ports`: hand the lone flows still moving on them over to
