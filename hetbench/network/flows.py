@@ -753,14 +753,14 @@ class Pending:
 
 class Message:
     """A message a Rendezvous keeps until a receive takes it: `eager` if its bytes moved from
-    its send on."""
+    its send on; `stream` its (src, dst, key)."""
 
-    __slots__ = ("dst", "eager", "key", "nbytes", "payload", "sent_at", "seq", "src")
+    __slots__ = ("dst", "eager", "key", "nbytes", "payload", "sent_at", "seq", "src", "stream")
 
-    def __init__(self, src, dst, key, nbytes, payload, sent_at, seq, eager):
+    def __init__(self, src, dst, key, nbytes, payload, sent_at, seq, eager, stream):
         self.src, self.dst, self.key = src, dst, key
         self.nbytes, self.payload, self.sent_at = nbytes, payload, sent_at
-        self.seq, self.eager = seq, eager
+        self.seq, self.eager, self.stream = seq, eager, stream
 
     def match(self, received_at: float | None) -> Match:
         return _match(self.src, self.dst, self.key, self.nbytes, self.payload, self.sent_at,
@@ -806,7 +806,9 @@ class Rendezvous:
         self._seq = 0
         # Unmatched messages (large ones waiting, eager ones not yet received): per stream in
         # send order, and per (dst, key) over every source in call order, for ANY receives.
-        self._stream: dict[tuple, deque[Message]] = {}
+        # A stream's one message is kept as itself, with more as a deque (most streams carry
+        # one message at a time: a deque for each would be made and dropped every message).
+        self._stream: dict[tuple, Message | deque[Message]] = {}
         self._to_dst: dict[tuple, OrderedDict[int, Message]] = {}
         # Posted receives not yet matched, (post order, time): from one source, from ANY.
         self._receives: dict[tuple, deque[tuple[int, float]]] = {}
@@ -861,12 +863,14 @@ class Rendezvous:
                 del queues[where]  # no empty queues left behind (keys are many over a run)
             self._waiting_receives -= 1
             return received
-        message = Message(src, dst, key, nbytes, payload, t, seq, eager)
-        # get, then make: setdefault would build a container on every call.
+        message = Message(src, dst, key, nbytes, payload, t, seq, eager, stream)
         queue = self._stream.get(stream)
         if queue is None:
-            queue = self._stream[stream] = deque()
-        queue.append(message)
+            self._stream[stream] = message
+        elif type(queue) is Message:
+            self._stream[stream] = deque((queue, message))
+        else:
+            queue.append(message)
         to_dst = self._to_dst.get(box)
         if to_dst is None:
             to_dst = self._to_dst[box] = OrderedDict()
@@ -892,14 +896,15 @@ class Rendezvous:
         message = None
         if to_dst:
             if src == ANY:
-                message = next(iter(to_dst.values()))  # the earliest sent, over every source
-                stream = (message.src, dst, key)
+                _, message = to_dst.popitem(last=False)  # the earliest sent, over every source
+                stream = message.stream
                 queue = self._stream[stream]
             else:
                 stream = (src, dst, key)
                 queue = self._stream.get(stream)
                 if queue is not None:
-                    message = queue[0]
+                    message = queue if type(queue) is Message else queue[0]
+                    del to_dst[message.seq]
         if message is None:
             self._seq += 1
             queues = self._any if src == ANY else self._receives
@@ -912,11 +917,13 @@ class Rendezvous:
             return None
         # A stream's messages are in send order in both structures, so the one a receive
         # takes is always its stream's head.
-        assert queue[0] is message
-        queue.popleft()
-        if not queue:
+        if queue is message:
             del self._stream[stream]
-        del to_dst[message.seq]
+        else:
+            head = queue.popleft()
+            assert head is message
+            if not queue:
+                del self._stream[stream]
         if not to_dst:
             del self._to_dst[box]
         if message.eager:

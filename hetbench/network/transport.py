@@ -373,20 +373,30 @@ class Transport:
         """`new` starts on `port`, which `older` moves on alone: both at their max-min rates
         until the first of them ends (`until`), the other at its bound from then. The older
         one is re-timed; the port is held by the one that ends last."""
-        older.moved, older.at = older.moved_at(now), now
-        older.rate, new.rate = _pair_rates(self._capacity[port], older.bound, new.bound)
-        until = min(now + (older.first + older.rest - older.moved) / older.rate,
-                    now + (new.first + new.rest) / new.rate)
-        for lone, other in ((older, new), (new, older)):
-            lone.until, lone.partner = until, other
-            # Not before now: the older one's first bytes may be out at this very instant,
-            # its return still to run, and round-off must not put it in the past.
+        moved = older.moved_at(now)
+        older.moved, older.at = moved, now
+        older.rate, new.rate = rates = _pair_rates(self._capacity[port], older.bound, new.bound)
+        older_left, new_left = older.first + older.rest - moved, new.first + new.rest
+        # Not before now: the older one may be all but out at this very instant, and
+        # round-off must not put its times in the past.
+        older_end = max(now, now + older_left / rates[0])
+        new_end = now + new_left / rates[1]
+        if older_end <= new_end:  # the older one ends first, the new one alone from then
+            until, survivor = older_end, new
+            older.end = older_end
+            new.end = until + (new_left - rates[1] * (until - now)) / new.bound
+        else:
+            until, survivor = new_end, older
+            new.end = new_end
+            older.end = until + (older_left - rates[0] * (until - now)) / older.bound
+        older.until = new.until = until
+        older.partner, new.partner = new, older
+        for lone in older, new:
             if lone.rest > 0 and not lone.returned:
                 lone.sent_at = max(now, lone.time_of(lone.first))
-            lone.end = max(now, lone.time_of(lone.first + lone.rest))
         older.timing += 1  # its callbacks timed before are stale
         self._time(older)
-        self._held[port] = older if older.end > new.end else new
+        self._held[port] = survivor
 
     def _time(self, lone: _Lone) -> None:
         """The clock callbacks of a lone flow's return (if still to come) and delivery."""

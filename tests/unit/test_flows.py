@@ -528,6 +528,24 @@ def test_a_streams_messages_match_its_receives_in_order():
     assert rv.pending() == Pending(sends=1, eager=0, receives=0)
 
 
+def test_receives_from_any_source_and_from_one_take_a_streams_messages_in_order():
+    # A stream's one message is kept as itself and two or more as a queue: either way its
+    # receives, from ANY or from its source, take them first to first.
+    rv = Rendezvous(eager_bytes=0)
+    rv.send(0, 1, "k", 1e6, 1.0, payload="0a")
+    rv.send(2, 1, "k", 1e6, 2.0, payload="2a")
+    rv.send(0, 1, "k", 1e6, 3.0, payload="0b")
+    rv.send(0, 1, "k", 1e6, 4.0, payload="0c")
+    taken = [rv.post_receive(1, ANY, "k", 5.0)[0].payload,
+             rv.post_receive(1, 0, "k", 5.0)[0].payload,
+             rv.post_receive(1, ANY, "k", 5.0)[0].payload,
+             rv.post_receive(1, ANY, "k", 5.0)[0].payload]
+    assert taken == ["0a", "0b", "2a", "0c"]
+    assert rv.pending() == Pending(0, 0, 0)
+    rv.send(0, 1, "k", 1e6, 6.0, payload="0d")  # the stream, emptied, carries a new message
+    assert rv.post_receive(1, 0, "k", 7.0)[0].payload == "0d"
+
+
 def test_a_message_goes_to_the_earliest_posted_receive_that_can_take_it():
     rv = Rendezvous(eager_bytes=0)
     rv.post_receive(1, ANY, "k", 1.0)
