@@ -36,7 +36,6 @@ collectives through `rings` (Protocol.after_rings does either), and says so with
 from __future__ import annotations
 
 import itertools
-import math
 import warnings
 from collections.abc import Callable, Hashable
 
@@ -50,44 +49,61 @@ __all__ = ["ANY", "Transport"]
 SOCKET_BUFFER_BYTES = 4 * 2**20
 
 
-class _Lone:
-    """A flow the transport times itself, without the FlowNetwork: alone on its ports at its
-    rate alone (`bound`), or one of a pair (Transport._pair). From `at`, with `moved` of its
-    bytes out then, it moves at `rate` until `until`, then at its bound (a pair's survivor,
-    once the other has ended). Its `first` bytes are out at `sent_at` (its send returns,
-    `returned` once it has), and its `rest` (the socket buffer's) at `end`. `live` until it
-    has been delivered (a ring's edge, `ring`: counted at its ring's end) or handed over to
-    the FlowNetwork; `partner`: the other flow of its last pair. Its clock callbacks carry its
-    `timing`: a pair re-times the older flow, and the callbacks of its old times are stale."""
+class _Share:
+    """A lone flow's terms from its last pair on (Transport._pair): from `at`, with `moved`
+    of its bytes out then, at `rate` until `until` (when the first of the pair ends), then at
+    its bound; `partner` the pair's other flow, until one of them is delivered or handed
+    over (no cycle is left for the collector, which is off during a run)."""
 
-    __slots__ = ("at", "bound", "delivered", "end", "first", "link", "live", "moved",
-                 "partner", "rate", "rest", "returned", "ring", "sent", "sent_at", "seq",
-                 "timing", "until")
+    __slots__ = ("at", "moved", "partner", "rate", "until")
+
+    def __init__(self, at, moved, rate, until, partner):
+        self.at, self.moved, self.rate, self.until, self.partner = (at, moved, rate, until,
+                                                                    partner)
+
+
+class _Lone:
+    """A flow the transport times itself, without the FlowNetwork: alone on its ports since
+    `start` at its rate alone (`bound`), or on its `share`'s terms since its last pair. Its
+    `first` bytes are out at `sent_at` (its send returns, `returned` once it has), and its
+    `rest` (the socket buffer's) at `end`. `live` until it has been delivered (a ring's
+    edge, `ring`: counted at its ring's end) or handed over to the FlowNetwork. Its clock
+    callbacks carry its share as it was when they were timed: a pair re-times the older flow
+    under a new share, and the callbacks of its old times are stale."""
+
+    __slots__ = ("bound", "delivered", "end", "first", "link", "live", "rest", "returned",
+                 "ring", "sent", "sent_at", "seq", "share", "start")
 
     def __init__(self, seq, link, first, sent, delivered, rest, rate, start):
         self.seq, self.link = seq, link
         self.first, self.sent, self.delivered, self.rest = first, sent, delivered, rest
-        self.at, self.moved, self.rate, self.bound, self.until = start, 0.0, rate, rate, math.inf
+        self.start, self.bound = start, rate
         # The times the FlowNetwork would give it: finish_time() of `first` bytes from start,
         # then of `rest` more from there (extend).
         self.sent_at = start + first / rate
         self.end = self.sent_at + rest / rate if rest > 0 else self.sent_at
         self.live, self.returned, self.ring = True, False, False
-        self.partner: _Lone | None = None
-        self.timing = 0
+        self.share: _Share | None = None
 
     def moved_at(self, t: float) -> float:
-        """Its bytes out by time t (>= at)."""
-        if t <= self.until:
-            return self.moved + self.rate * (t - self.at)
-        return self.moved + self.rate * (self.until - self.at) + self.bound * (t - self.until)
+        """Its bytes out by time t (>= its start, and its share's `at`)."""
+        share = self.share
+        if share is None:
+            return self.bound * (t - self.start)
+        if t <= share.until:
+            return share.moved + share.rate * (t - share.at)
+        return (share.moved + share.rate * (share.until - share.at)
+                + self.bound * (t - share.until))
 
     def time_of(self, nbytes: float) -> float:
-        """When `nbytes` of its bytes are out (nbytes >= moved)."""
-        switch = self.moved + self.rate * (self.until - self.at)  # inf while `until` is
+        """When `nbytes` of its bytes are out (at least those out at its share's `at`)."""
+        share = self.share
+        if share is None:
+            return self.start + nbytes / self.bound
+        switch = share.moved + share.rate * (share.until - share.at)
         if nbytes <= switch:
-            return self.at + (nbytes - self.moved) / self.rate
-        return self.until + (nbytes - switch) / self.bound
+            return share.at + (nbytes - share.moved) / share.rate
+        return share.until + (nbytes - switch) / self.bound
 
 
 def _pair_rates(capacity: float, a: float, b: float) -> tuple[float, float]:
@@ -302,7 +318,10 @@ class Transport:
             lone = self._hold(link, first, sent, delivered, rest, bound, now)
             if company:
                 self._pair(*company, lone, now)
-            self._time(lone)
+            share = lone.share  # _time's, written out: one call fewer a message
+            if rest > 0:
+                engine.at(lone.sent_at, self._lone_sent, lone, share)
+            engine.at(lone.end + latency, self._lone_delivered, lone, share)
         else:
             self._claim(ports, now)
             fid, ports, nbytes, cap = self._flow(link, first, sent, delivered, rest)
@@ -354,7 +373,7 @@ class Transport:
                 return None
             lone = held[p]
             if lone is not None and lone.live and lone.end > now:
-                if company or lone.ring or (lone.partner is not None and now < lone.until):
+                if company or lone.ring or (lone.share is not None and now < lone.share.until):
                     return None
                 company = (lone, p)
         return company
@@ -374,8 +393,7 @@ class Transport:
         until the first of them ends (`until`), the other at its bound from then. The older
         one is re-timed; the port is held by the one that ends last."""
         moved = older.moved_at(now)
-        older.moved, older.at = moved, now
-        older.rate, new.rate = rates = _pair_rates(self._capacity[port], older.bound, new.bound)
+        rates = _pair_rates(self._capacity[port], older.bound, new.bound)
         older_left, new_left = older.first + older.rest - moved, new.first + new.rest
         # Not before now: the older one may be all but out at this very instant, and
         # round-off must not put its times in the past.
@@ -389,35 +407,35 @@ class Transport:
             until, survivor = new_end, older
             new.end = new_end
             older.end = until + (older_left - rates[0] * (until - now)) / older.bound
-        older.until = new.until = until
-        older.partner, new.partner = new, older
+        older.share = _Share(now, moved, rates[0], until, new)
+        new.share = _Share(now, 0.0, rates[1], until, older)
         for lone in older, new:
             if lone.rest > 0 and not lone.returned:
                 lone.sent_at = max(now, lone.time_of(lone.first))
-        older.timing += 1  # its callbacks timed before are stale
-        self._time(older)
+        self._time(older)  # under its new share: its callbacks timed before are stale
         self._held[port] = survivor
 
     def _time(self, lone: _Lone) -> None:
         """The clock callbacks of a lone flow's return (if still to come) and delivery."""
-        engine = self.engine
+        engine, share = self.engine, lone.share
         if lone.rest > 0 and not lone.returned:
-            engine.at(lone.sent_at, self._lone_sent, lone, lone.timing)
-        engine.at(lone.end + lone.link[2], self._lone_delivered, lone, lone.timing)
+            engine.at(lone.sent_at, self._lone_sent, lone, share)
+        engine.at(lone.end + lone.link[2], self._lone_delivered, lone, share)
 
-    def _lone_sent(self, lone: _Lone, timing: int) -> None:
+    def _lone_sent(self, lone: _Lone, share: _Share | None) -> None:
         """The first bytes are out: the send returns, the buffer's bytes go on."""
-        if lone.live and lone.timing == timing:
+        if lone.live and lone.share is share:
             lone.returned = True
             lone.sent[0](*lone.sent[1:])
 
-    def _lone_delivered(self, lone: _Lone, timing: int) -> None:
+    def _lone_delivered(self, lone: _Lone, share: _Share | None) -> None:
         """Its last byte left at its end, a link latency ago."""
-        if lone.live and lone.timing == timing:
+        if lone.live and lone.share is share:
             lone.live = False
-            # No cycle left for the collector (off during a run); the callback's arguments
-            # freed here, where they are in the cache, not when the port's next flow comes.
-            lone.partner = None
+            if share is not None:
+                share.partner = None
+            # The callback's arguments freed here, where they are in the cache, not when the
+            # port's next flow comes.
             delivered, lone.delivered, lone.sent = lone.delivered, None, None
             delivered[0](*delivered[1:])
 
@@ -431,9 +449,9 @@ class Transport:
             if lone is None:
                 continue
             held[p] = None
-            partner = lone.partner
-            if partner is not None and now < lone.until:
-                self._hand_over(partner, now)
+            share = lone.share
+            if share is not None and now < share.until and share.partner is not None:
+                self._hand_over(share.partner, now)
             self._hand_over(lone, now)
 
     def _hand_over(self, lone: _Lone, now: float) -> None:
@@ -441,14 +459,19 @@ class Transport:
         would have kept it in: at its rate since its rate last changed."""
         if not (lone.live and lone.end > now):
             return
-        lone.live, partner, lone.partner = False, lone.partner, None
+        lone.live = False
         fid = next(self._ids)  # its id in the network, from the hand-over
         link = lone.link
         ports, cap, _ = link
-        if now < lone.until:  # at `rate` since `at`
-            at, moved, rate = lone.at, lone.moved, lone.rate
-        else:  # a pair's survivor, at its bound since the other ended
-            at, moved, rate = lone.until, lone.moved_at(lone.until), lone.bound
+        share = lone.share
+        if share is None:  # alone since its start
+            at, moved, rate = lone.start, 0.0, lone.bound
+        else:
+            share.partner = None
+            if now < share.until:  # at its share's rate since the pair began
+                at, moved, rate = share.at, share.moved, share.rate
+            else:  # a pair's survivor, at its bound since the other ended
+                at, moved, rate = share.until, lone.moved_at(share.until), lone.bound
         if lone.rest > 0 and lone.returned:
             # Extended by its buffer's bytes at its return, as _complete does.
             nbytes = lone.first + lone.rest
@@ -460,7 +483,7 @@ class Transport:
             self._moving[fid] = (link, lone.sent, lone.delivered, lone.rest)
         # A flow never paired has moved alone at its bound (the network checks its ports).
         self.flows.adopt(fid, lone.seq, ports, nbytes, left, at, cap,
-                         None if partner is None else rate)
+                         None if share is None else rate)
 
     def _settled(self) -> None:
         """The flows started at this instant: their rates, and the check at the next end."""
