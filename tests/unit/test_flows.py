@@ -532,10 +532,8 @@ def test_receives_from_any_source_and_from_one_take_a_streams_messages_in_order(
     # A stream's one message is kept as itself and two or more as a queue: either way its
     # receives, from ANY or from its source, take them first to first.
     rv = Rendezvous(eager_bytes=0)
-    rv.send(0, 1, "k", 1e6, 1.0, payload="0a")
-    rv.send(2, 1, "k", 1e6, 2.0, payload="2a")
-    rv.send(0, 1, "k", 1e6, 3.0, payload="0b")
-    rv.send(0, 1, "k", 1e6, 4.0, payload="0c")
+    for src, t, payload in [(0, 1.0, "0a"), (2, 2.0, "2a"), (0, 3.0, "0b"), (0, 4.0, "0c")]:
+        rv.send(src, 1, "k", 1e6, t, payload=payload)
     taken = [rv.post_receive(1, ANY, "k", 5.0)[0].payload,
              rv.post_receive(1, 0, "k", 5.0)[0].payload,
              rv.post_receive(1, ANY, "k", 5.0)[0].payload,
