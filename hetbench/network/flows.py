@@ -349,7 +349,9 @@ class FlowNetwork:
         if self._unplaced or self._renew:
             self.settle()
         on_port = self.on_port
-        if flow_id in self._flows or (rate is None and any(on_port[p] for p in ports)):
+        if flow_id in self._flows:
+            raise ValueError(f"flow {flow_id!r} has already started")
+        if rate is None and any(on_port[p] for p in ports):
             raise ValueError(f"flow {flow_id!r} is not alone on its ports")
         flow = _Flow(flow_id, seq, ports, nbytes, at, cap, self.bound(ports, cap))
         flow.left = left

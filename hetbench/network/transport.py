@@ -243,9 +243,11 @@ class Transport:
             # The ring adds its steps' latency at its end. Its edges share no port with each
             # other (each rank sends to one and receives from one).
             edge = ((ports, cap, 0.0), edge_bytes, None, (self._edges_done, ring, 1), 0.0)
-            if edge_bytes > 0 and self._shortcuts and self._alone(ports, now):
+            # A ring's edge is timed here only alone: its end is counted with its ring's, so
+            # it is never re-timed in a pair.
+            if edge_bytes > 0 and self._shortcuts and self._company(ports, now) == ():
                 lone = self._hold(*edge, bound, now)
-                lone.ring = True  # its end is counted with the ring's: never re-timed
+                lone.ring = True
                 lones.append(lone)
                 last = max(last, lone.end)
             else:
@@ -351,19 +353,8 @@ class Transport:
     # buffer still leaves the same NIC): both move at their max-min rates until the first
     # ends, the other at its bound from then, all known at the pair's start.
 
-    def _alone(self, ports: tuple[int, ...], now: float) -> bool:
-        """Whether a flow starting now on `ports` would be alone on them."""
-        on_port, held = self.flows.on_port, self._held
-        for p in ports:
-            if on_port[p]:
-                return False
-            lone = held[p]
-            if lone is not None and lone.live and lone.end > now:
-                return False
-        return True
-
     def _company(self, ports: tuple[int, ...], now: float) -> tuple | None:
-        """What a message's flow starting now on `ports` would share them with: () nothing,
+        """What a flow starting now on `ports` would share them with: () nothing (alone),
         (lone flow, port) a lone flow it may pair with (on that port alone, not a ring's
         edge, not in a pair still sharing), None anything else (the FlowNetwork's)."""
         on_port, held = self.flows.on_port, self._held

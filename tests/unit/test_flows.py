@@ -571,6 +571,21 @@ def test_performance_an_incast_of_1024_flows_started_and_finished_in_one_call_ea
     assert elapsed < 2.0  # about 0.01 s unloaded; generous, the machine is shared
 
 
+def test_a_flow_handed_over_must_be_alone_unless_its_pairs_rate_comes_with_it():
+    # Without a rate a flow comes in at its bound, so its ports must be idle; two flows a
+    # caller kept sharing port 0 come in together, each with its rate among them (5 of 10);
+    # an id already in is refused.
+    net = FlowNetwork([10.0, 10.0, 10.0])
+    net.adopt("a", 0, (0, 1), 20.0, 20.0, 0.0, math.inf, rate=5.0)
+    with pytest.raises(ValueError, match="not alone"):
+        net.adopt("b", 1, (0, 2), 20.0, 20.0, 0.0, math.inf)
+    net.adopt("b", 1, (0, 2), 20.0, 20.0, 0.0, math.inf, rate=5.0)
+    assert net.rate("a") == net.rate("b") == 5.0
+    assert net.next_completion() == (4.0, "a")  # 20 bytes at 5, the earlier start first
+    with pytest.raises(ValueError, match="already started"):
+        net.adopt("a", 2, (1,), 1.0, 1.0, 0.0, math.inf, rate=1.0)
+
+
 def test_extending_a_flow_keeps_every_rate_and_moves_only_its_end():
     net = FlowNetwork([10.0, 10.0])
     net.start_many(0.0, [("a", [0], 20.0), ("b", [0, 1], 40.0)])
